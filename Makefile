@@ -1,0 +1,35 @@
+# outbox: PGXS build.  See README.md for the two commands that build, test
+# and demo it; `make installcheck` (as a non-root user) runs the whole suite.
+
+EXTENSION = outbox
+MODULE_big = outbox
+OBJS = \
+	src/outbox.o \
+	src/guc.o \
+	src/shmem.o \
+	src/emit.o \
+	src/validate.o \
+	src/sign.o \
+	src/http.o
+
+DATA = $(wildcard outbox--*.sql)
+
+PG_CONFIG ?= pg_config
+CURL_CONFIG ?= curl-config
+
+PG_CPPFLAGS = -I$(srcdir)/src $(shell $(CURL_CONFIG) --cflags)
+PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers
+SHLIB_LINK = $(shell $(CURL_CONFIG) --libs)
+
+# pg_regress and pg_isolation_regress each start a private instance with the
+# library preloaded, so the suite never touches a running server.
+REGRESS = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
+REGRESS_OPTS = --temp-instance=tmp_check_regress --temp-config=test/outbox.conf
+ISOLATION = $(patsubst specs/%.spec,%,$(sort $(wildcard specs/*.spec)))
+ISOLATION_OPTS = --temp-instance=tmp_check_iso --temp-config=test/outbox.conf
+TAP_TESTS = 1
+
+EXTRA_CLEAN = tmp_check_regress tmp_check_iso output_iso
+
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)

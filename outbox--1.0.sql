@@ -1,0 +1,523 @@
+-- outbox 1.0: the SQL surface and the storage the relay reads.
+--
+-- Storage follows DESIGN.md: events are appended to a small set of tables
+-- (partitions of outbox.events, one per rotation slot) and are never updated
+-- or deleted one by one; each endpoint keeps its own position as a snapshot
+-- boundary; only failures will get per-event rows.  Every object lives in
+-- schema outbox, created here so that DROP EXTENSION removes all of it.
+
+\echo Use "CREATE EXTENSION outbox" to load this file. \quit
+
+CREATE SCHEMA outbox;
+REVOKE ALL ON SCHEMA outbox FROM PUBLIC;
+COMMENT ON SCHEMA outbox IS 'transactional outbox: events, endpoints, inbox and the views operators read';
+
+----------------------------------------------------------------------------
+-- Events
+----------------------------------------------------------------------------
+
+CREATE SEQUENCE outbox.event_seq AS bigint;
+COMMENT ON SEQUENCE outbox.event_seq IS 'orders events within a batch; drawn after the emitting transaction has its id';
+
+-- The rotation state: which slot emit() appends to.  One row, always.
+CREATE TABLE outbox.queue (
+    singleton   boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+    cur_slot    smallint NOT NULL DEFAULT 0 CHECK (cur_slot BETWEEN 0 AND 2),
+    rotated_at  timestamptz NOT NULL DEFAULT now()
+);
+INSERT INTO outbox.queue DEFAULT VALUES;
+COMMENT ON TABLE outbox.queue IS 'rotation state: the events partition emit() currently appends to';
+
+CREATE TABLE outbox.events (
+    id          bigint      NOT NULL,
+    slot        smallint    NOT NULL,
+    event_id    uuid        NOT NULL,
+    txid        xid8        NOT NULL,
+    event_type  text        NOT NULL,
+    payload     jsonb       NOT NULL,
+    key         text,
+    headers     jsonb,
+    deliver_at  timestamptz,
+    created_at  timestamptz NOT NULL
+) PARTITION BY LIST (slot);
+CREATE TABLE outbox.events_0 PARTITION OF outbox.events FOR VALUES IN (0);
+CREATE TABLE outbox.events_1 PARTITION OF outbox.events FOR VALUES IN (1);
+CREATE TABLE outbox.events_2 PARTITION OF outbox.events FOR VALUES IN (2);
+CREATE INDEX events_id_idx ON outbox.events (id);
+CREATE INDEX events_txid_idx ON outbox.events (txid);
+
+COMMENT ON TABLE outbox.events IS 'emitted events, insert-only; partitions are emptied by rotation, never row by row';
+COMMENT ON COLUMN outbox.events.id IS 'order of emission (within a batch, events are delivered in id order)';
+COMMENT ON COLUMN outbox.events.slot IS 'rotation slot (partition) the event was appended to';
+COMMENT ON COLUMN outbox.events.event_id IS 'the webhook-id receivers see; the same on every attempt';
+COMMENT ON COLUMN outbox.events.txid IS 'pg_current_xact_id() of the emitting transaction: the relay reads by snapshot, not by id';
+COMMENT ON COLUMN outbox.events.event_type IS 'dot-separated type, matched against endpoint event_types';
+COMMENT ON COLUMN outbox.events.payload IS 'the "data" member of the delivered body';
+COMMENT ON COLUMN outbox.events.key IS 'ordering key: on ordered endpoints, events of one key are delivered one after another';
+COMMENT ON COLUMN outbox.events.headers IS 'extra HTTP headers sent with this event';
+COMMENT ON COLUMN outbox.events.deliver_at IS 'not delivered before this time (NULL: at once)';
+COMMENT ON COLUMN outbox.events.created_at IS 'emit time (transaction start); the "timestamp" member of the body';
+
+-- Dedupe keys live beside the events: a unique index on a partitioned table
+-- must contain the partition key, and emit() without a dedupe_key must pay
+-- nothing for the feature.
+CREATE TABLE outbox.dedupe (
+    dedupe_key  text PRIMARY KEY,
+    event_id    uuid NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE outbox.dedupe IS 'dedupe keys given to emit(): a second emit of a key returns the first event id and writes nothing';
+
+----------------------------------------------------------------------------
+-- Endpoints
+----------------------------------------------------------------------------
+
+CREATE TABLE outbox.endpoints (
+    id              integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    name            text NOT NULL UNIQUE,
+    url             text NOT NULL,
+    event_types     text[] NOT NULL,
+    headers         jsonb NOT NULL DEFAULT '{}',
+    ordered         boolean NOT NULL DEFAULT false,
+    timeout         interval NOT NULL DEFAULT '30 seconds',
+    max_attempts    integer NOT NULL DEFAULT 8,
+    paused          boolean NOT NULL DEFAULT false,
+    disabled_at     timestamptz,
+    disabled_reason text,
+    created_at      timestamptz NOT NULL DEFAULT now(),
+    updated_at      timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE outbox.endpoints IS 'webhook endpoints and what they subscribe to; change through the endpoint functions';
+COMMENT ON COLUMN outbox.endpoints.event_types IS 'patterns: exact type, "*", or a prefix ending in "*" (e.g. "booking.*")';
+COMMENT ON COLUMN outbox.endpoints.ordered IS 'deliver events of one key one after another';
+COMMENT ON COLUMN outbox.endpoints.paused IS 'set by pause_endpoint(); events wait';
+COMMENT ON COLUMN outbox.endpoints.disabled_at IS 'set when the relay disabled the endpoint (see disabled_reason); events wait';
+
+-- Secrets are kept apart so that endpoints can be shown to a monitoring role
+-- without them.
+CREATE TABLE outbox.endpoint_secrets (
+    endpoint_id         integer PRIMARY KEY REFERENCES outbox.endpoints (id) ON DELETE CASCADE,
+    secret              text NOT NULL,
+    previous_secret     text,
+    previous_expires_at timestamptz
+);
+COMMENT ON TABLE outbox.endpoint_secrets IS 'signing secrets (whsec_...); readable only by the extension owner and superusers';
+
+-- Each endpoint's position: every event whose transaction is visible in this
+-- snapshot has been dealt with for this endpoint.  It starts at the
+-- snapshot of the endpoint's creation, so an endpoint receives what was
+-- emitted after it existed.
+CREATE TABLE outbox.positions (
+    endpoint_id integer PRIMARY KEY REFERENCES outbox.endpoints (id) ON DELETE CASCADE,
+    snap        pg_snapshot NOT NULL,
+    updated_at  timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE outbox.positions IS 'per-endpoint read position: events of transactions visible in snap are done for that endpoint';
+
+----------------------------------------------------------------------------
+-- Inbox
+----------------------------------------------------------------------------
+
+CREATE TABLE outbox.inbox (
+    consumer     text NOT NULL,
+    message_id   text NOT NULL,
+    processed_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (consumer, message_id)
+);
+COMMENT ON TABLE outbox.inbox IS 'messages a consumer has processed, recorded by mark_processed()';
+
+SELECT pg_catalog.pg_extension_config_dump('outbox.queue', '');
+SELECT pg_catalog.pg_extension_config_dump('outbox.events', '');
+SELECT pg_catalog.pg_extension_config_dump('outbox.events_0', '');
+SELECT pg_catalog.pg_extension_config_dump('outbox.events_1', '');
+SELECT pg_catalog.pg_extension_config_dump('outbox.events_2', '');
+SELECT pg_catalog.pg_extension_config_dump('outbox.event_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('outbox.dedupe', '');
+SELECT pg_catalog.pg_extension_config_dump('outbox.endpoints', '');
+SELECT pg_catalog.pg_extension_config_dump('outbox.endpoint_secrets', '');
+SELECT pg_catalog.pg_extension_config_dump('outbox.positions', '');
+SELECT pg_catalog.pg_extension_config_dump('outbox.inbox', '');
+
+----------------------------------------------------------------------------
+-- Emit (C)
+----------------------------------------------------------------------------
+
+CREATE FUNCTION outbox.emit(
+    event_type text,
+    payload    jsonb,
+    key        text DEFAULT NULL,
+    headers    jsonb DEFAULT NULL,
+    deliver_at timestamptz DEFAULT NULL,
+    dedupe_key text DEFAULT NULL)
+RETURNS uuid
+LANGUAGE c VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'emit';
+COMMENT ON FUNCTION outbox.emit(text, jsonb, text, jsonb, timestamptz, text) IS
+    'write one event in the calling transaction; returns its id (the webhook-id receivers see)';
+
+-- The capture trigger turns row changes into events: prefix.inserted,
+-- prefix.updated (payload {"old": ..., "new": ...}) and prefix.deleted, keyed
+-- by the primary key or by the column named in the second argument.
+CREATE FUNCTION outbox.capture()
+RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    prefix   text;
+    keycols  text[];
+    rec      jsonb;
+    payload  jsonb;
+    suffix   text;
+    keyval   text;
+BEGIN
+    IF TG_LEVEL <> 'ROW' OR TG_WHEN <> 'AFTER' THEN
+        RAISE EXCEPTION 'outbox.capture() must be an AFTER ... FOR EACH ROW trigger'
+            USING ERRCODE = '39P01';
+    END IF;
+    IF TG_NARGS < 1 OR TG_NARGS > 2 THEN
+        RAISE EXCEPTION 'outbox.capture() takes one or two arguments'
+            USING ERRCODE = '22023',
+                  DETAIL = 'The first names the event type prefix, the optional second the key column.';
+    END IF;
+    prefix := TG_ARGV[0];
+
+    IF TG_OP = 'INSERT' THEN
+        rec := to_jsonb(NEW);
+        payload := rec;
+        suffix := 'inserted';
+    ELSIF TG_OP = 'UPDATE' THEN
+        rec := to_jsonb(NEW);
+        payload := jsonb_build_object('old', to_jsonb(OLD), 'new', rec);
+        suffix := 'updated';
+    ELSE
+        rec := to_jsonb(OLD);
+        payload := rec;
+        suffix := 'deleted';
+    END IF;
+
+    IF TG_NARGS = 2 THEN
+        keycols := ARRAY[TG_ARGV[1]];
+        IF NOT rec ? TG_ARGV[1] THEN
+            RAISE EXCEPTION 'column "%" does not exist in table %', TG_ARGV[1], TG_RELID::regclass
+                USING ERRCODE = '42703';
+        END IF;
+    ELSE
+        SELECT array_agg(a.attname::text ORDER BY k.ord)
+          INTO keycols
+          FROM pg_index i
+          CROSS JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)
+          JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+         WHERE i.indrelid = TG_RELID AND i.indisprimary;
+    END IF;
+
+    IF keycols IS NULL THEN
+        keyval := NULL;
+    ELSIF cardinality(keycols) = 1 THEN
+        keyval := rec ->> keycols[1];
+    ELSE
+        SELECT string_agg(coalesce(rec ->> c, ''), ',' ORDER BY o)
+          INTO keyval
+          FROM unnest(keycols) WITH ORDINALITY AS u(c, o);
+    END IF;
+
+    PERFORM outbox.emit(prefix || '.' || suffix, payload, keyval);
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION outbox.capture() IS
+    'AFTER INSERT OR UPDATE OR DELETE FOR EACH ROW trigger: emits <prefix>.inserted|updated|deleted keyed by the primary key (or the column named by the second argument)';
+
+----------------------------------------------------------------------------
+-- Input checks shared by the SQL functions (C; not granted to anyone)
+----------------------------------------------------------------------------
+
+CREATE FUNCTION outbox._check_url(url text) RETURNS text
+LANGUAGE c STRICT IMMUTABLE AS 'MODULE_PATHNAME', 'outbox_check_url';
+COMMENT ON FUNCTION outbox._check_url(text) IS 'internal: validate an endpoint URL (http or https), return it normalized';
+
+CREATE FUNCTION outbox._check_event_types(patterns text[]) RETURNS text[]
+LANGUAGE c IMMUTABLE AS 'MODULE_PATHNAME', 'outbox_check_event_types';
+COMMENT ON FUNCTION outbox._check_event_types(text[]) IS 'internal: validate endpoint event-type patterns';
+
+CREATE FUNCTION outbox._check_headers(headers jsonb) RETURNS jsonb
+LANGUAGE c IMMUTABLE AS 'MODULE_PATHNAME', 'outbox_check_headers';
+COMMENT ON FUNCTION outbox._check_headers(jsonb) IS 'internal: validate a flat object of HTTP header names and string values';
+
+CREATE FUNCTION outbox._check_secret(secret text) RETURNS text
+LANGUAGE c STRICT IMMUTABLE AS 'MODULE_PATHNAME', 'outbox_check_secret';
+COMMENT ON FUNCTION outbox._check_secret(text) IS 'internal: validate a whsec_ signing secret';
+
+CREATE FUNCTION outbox._new_secret() RETURNS text
+LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'outbox_new_secret';
+COMMENT ON FUNCTION outbox._new_secret() IS 'internal: a new whsec_ secret of 32 random bytes';
+
+-- Refuse bad endpoint settings with one message per field.  NULL means "not
+-- given" here; callers decide whether that is allowed.
+CREATE FUNCTION outbox._check_endpoint_settings(
+    timeout interval, max_attempts integer) RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF timeout IS NOT NULL AND (timeout < interval '1 second' OR timeout > interval '5 minutes'
+                                OR isfinite(timeout) IS NOT TRUE) THEN
+        RAISE EXCEPTION 'endpoint timeout must be between 1 second and 5 minutes'
+            USING ERRCODE = '22023', DETAIL = format('The timeout given was %s.', timeout);
+    END IF;
+    IF max_attempts IS NOT NULL AND (max_attempts < 1 OR max_attempts > 100) THEN
+        RAISE EXCEPTION 'max_attempts must be between 1 and 100'
+            USING ERRCODE = '22023', DETAIL = format('The value given was %s.', max_attempts);
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION outbox._check_endpoint_settings(interval, integer) IS 'internal: validate endpoint timeout and max_attempts';
+
+CREATE FUNCTION outbox._endpoint_id(name text) RETURNS integer
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    eid integer;
+BEGIN
+    SELECT e.id INTO eid FROM outbox.endpoints e WHERE e.name = _endpoint_id.name;
+    IF eid IS NULL THEN
+        RAISE EXCEPTION 'endpoint "%" does not exist', name USING ERRCODE = '42704';
+    END IF;
+    RETURN eid;
+END
+$$;
+COMMENT ON FUNCTION outbox._endpoint_id(text) IS 'internal: an endpoint''s id by name, or error 42704';
+
+-- The snapshot an endpoint starts from: the current one, with the calling
+-- transaction itself counted as not yet committed, so that events this
+-- transaction emits after creating (or resuming from) it are delivered.
+CREATE FUNCTION outbox._start_snapshot() RETURNS pg_snapshot
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- Under REPEATABLE READ the snapshot may predate this transaction's id,
+    -- which then lies at or past xmax and is invisible already.
+    WITH s AS (SELECT pg_current_snapshot() AS snap, pg_current_xact_id() AS me)
+    SELECT CASE WHEN me >= pg_snapshot_xmax(snap) THEN snap
+           ELSE format('%s:%s:%s',
+                       least(pg_snapshot_xmin(snap), me),
+                       pg_snapshot_xmax(snap),
+                       (SELECT string_agg(x::text, ',' ORDER BY x::text::numeric)
+                          FROM (SELECT pg_snapshot_xip(snap) AS x UNION SELECT me) u))::pg_snapshot
+           END
+      FROM s
+$$;
+COMMENT ON FUNCTION outbox._start_snapshot() IS 'internal: current snapshot with the calling transaction counted as in progress';
+
+----------------------------------------------------------------------------
+-- Endpoint administration
+----------------------------------------------------------------------------
+
+CREATE FUNCTION outbox.create_endpoint(
+    name         text,
+    url          text,
+    event_types  text[]   DEFAULT '{*}',
+    secret       text     DEFAULT NULL,
+    headers      jsonb    DEFAULT '{}',
+    ordered      boolean  DEFAULT false,
+    timeout      interval DEFAULT '30 seconds',
+    max_attempts integer  DEFAULT 8)
+RETURNS text
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    eid       integer;
+    the_url   text;
+    types     text[];
+    hdrs      jsonb;
+    the_secret text;
+BEGIN
+    IF name IS NULL OR name !~ '^[A-Za-z0-9_.:-]{1,63}$' THEN
+        RAISE EXCEPTION 'invalid endpoint name: %', coalesce(quote_literal(name), 'NULL')
+            USING ERRCODE = '22023',
+                  DETAIL = 'An endpoint name is 1 to 63 characters of letters, digits, "_", ".", ":" and "-".';
+    END IF;
+    IF url IS NULL THEN
+        RAISE EXCEPTION 'endpoint url must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF ordered IS NULL OR timeout IS NULL OR max_attempts IS NULL THEN
+        RAISE EXCEPTION 'ordered, timeout and max_attempts must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    the_url := outbox._check_url(url);
+    types := outbox._check_event_types(event_types);
+    hdrs := outbox._check_headers(coalesce(headers, '{}'));
+    PERFORM outbox._check_endpoint_settings(timeout, max_attempts);
+    the_secret := CASE WHEN secret IS NULL THEN outbox._new_secret()
+                       ELSE outbox._check_secret(secret) END;
+
+    IF EXISTS (SELECT 1 FROM outbox.endpoints e WHERE e.name = create_endpoint.name) THEN
+        RAISE EXCEPTION 'endpoint "%" already exists', name USING ERRCODE = '42710';
+    END IF;
+
+    INSERT INTO outbox.endpoints (name, url, event_types, headers, ordered, timeout, max_attempts)
+    VALUES (name, the_url, types, hdrs, ordered, timeout, max_attempts)
+    RETURNING id INTO eid;
+    INSERT INTO outbox.endpoint_secrets (endpoint_id, secret) VALUES (eid, the_secret);
+    INSERT INTO outbox.positions (endpoint_id, snap) VALUES (eid, outbox._start_snapshot());
+    RETURN the_secret;
+EXCEPTION
+    WHEN unique_violation THEN
+        RAISE EXCEPTION 'endpoint "%" already exists', name USING ERRCODE = '42710';
+END
+$$;
+COMMENT ON FUNCTION outbox.create_endpoint(text, text, text[], text, jsonb, boolean, interval, integer) IS
+    'create a webhook endpoint that receives events emitted from now on; returns its signing secret';
+
+CREATE FUNCTION outbox.alter_endpoint(
+    name         text,
+    url          text     DEFAULT NULL,
+    event_types  text[]   DEFAULT NULL,
+    secret       text     DEFAULT NULL,
+    headers      jsonb    DEFAULT NULL,
+    ordered      boolean  DEFAULT NULL,
+    timeout      interval DEFAULT NULL,
+    max_attempts integer  DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    eid integer := outbox._endpoint_id(name);
+    the_url text;
+    types   text[];
+    hdrs    jsonb;
+    the_secret text;
+BEGIN
+    IF url IS NOT NULL THEN the_url := outbox._check_url(url); END IF;
+    IF event_types IS NOT NULL THEN types := outbox._check_event_types(event_types); END IF;
+    IF headers IS NOT NULL THEN hdrs := outbox._check_headers(headers); END IF;
+    IF secret IS NOT NULL THEN the_secret := outbox._check_secret(secret); END IF;
+    PERFORM outbox._check_endpoint_settings(timeout, max_attempts);
+
+    UPDATE outbox.endpoints e
+       SET url = coalesce(the_url, e.url),
+           event_types = coalesce(types, e.event_types),
+           headers = coalesce(hdrs, e.headers),
+           ordered = coalesce(alter_endpoint.ordered, e.ordered),
+           timeout = coalesce(alter_endpoint.timeout, e.timeout),
+           max_attempts = coalesce(alter_endpoint.max_attempts, e.max_attempts),
+           updated_at = now()
+     WHERE e.id = eid;
+    IF the_secret IS NOT NULL THEN
+        UPDATE outbox.endpoint_secrets
+           SET secret = the_secret, previous_secret = NULL, previous_expires_at = NULL
+         WHERE endpoint_id = eid;
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION outbox.alter_endpoint(text, text, text[], text, jsonb, boolean, interval, integer) IS
+    'change an endpoint; NULL leaves a setting as it is';
+
+CREATE FUNCTION outbox.drop_endpoint(name text) RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    DELETE FROM outbox.endpoints WHERE id = outbox._endpoint_id(name);
+END
+$$;
+COMMENT ON FUNCTION outbox.drop_endpoint(text) IS 'remove an endpoint with its secret and position; its undelivered events are not sent';
+
+CREATE FUNCTION outbox.pause_endpoint(name text) RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    UPDATE outbox.endpoints SET paused = true, updated_at = now()
+     WHERE id = outbox._endpoint_id(name);
+END
+$$;
+COMMENT ON FUNCTION outbox.pause_endpoint(text) IS 'stop delivering to an endpoint; its events wait until resume_endpoint()';
+
+CREATE FUNCTION outbox.resume_endpoint(name text) RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    UPDATE outbox.endpoints
+       SET paused = false, disabled_at = NULL, disabled_reason = NULL, updated_at = now()
+     WHERE id = outbox._endpoint_id(name);
+END
+$$;
+COMMENT ON FUNCTION outbox.resume_endpoint(text) IS 'deliver to a paused or disabled endpoint again, starting with the events that waited';
+
+CREATE FUNCTION outbox.endpoint_secret(name text) RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT s.secret FROM outbox.endpoint_secrets s WHERE s.endpoint_id = outbox._endpoint_id(name)
+$$;
+COMMENT ON FUNCTION outbox.endpoint_secret(text) IS 'the signing secret of an endpoint';
+
+----------------------------------------------------------------------------
+-- Inbox
+----------------------------------------------------------------------------
+
+CREATE FUNCTION outbox.mark_processed(consumer text, message_id text) RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF consumer IS NULL OR message_id IS NULL THEN
+        RAISE EXCEPTION 'consumer and message_id must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF consumer = '' OR message_id = '' THEN
+        RAISE EXCEPTION 'consumer and message_id must not be empty' USING ERRCODE = '22023';
+    END IF;
+    IF octet_length(consumer) > 255 OR octet_length(message_id) > 255 THEN
+        RAISE EXCEPTION 'consumer or message_id too long'
+            USING ERRCODE = '54000',
+                  DETAIL = format('Each is at most 255 bytes; got %s and %s.',
+                                  octet_length(consumer), octet_length(message_id));
+    END IF;
+    -- A concurrent insert of the same pair makes this wait for that
+    -- transaction: if it commits, nothing is inserted here and FOUND is false.
+    INSERT INTO outbox.inbox (consumer, message_id) VALUES (consumer, message_id)
+    ON CONFLICT DO NOTHING;
+    RETURN FOUND;
+END
+$$;
+COMMENT ON FUNCTION outbox.mark_processed(text, text) IS
+    'record that consumer processed message_id, in the calling transaction; true the first time, false for a duplicate';
+
+CREATE FUNCTION outbox.mark_processed(consumer text, message_id uuid) RETURNS boolean
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT outbox.mark_processed(consumer, message_id::text)
+$$;
+COMMENT ON FUNCTION outbox.mark_processed(text, uuid) IS 'mark_processed() for a uuid message id (an outbox webhook-id)';
+
+----------------------------------------------------------------------------
+-- Signatures (for receivers that are PostgreSQL databases)
+----------------------------------------------------------------------------
+
+CREATE FUNCTION outbox.verify_signature(
+    secret     text,
+    message_id text,
+    "timestamp" bigint,
+    body       text,
+    signature  text,
+    tolerance  interval DEFAULT '5 minutes')
+RETURNS boolean
+LANGUAGE c STRICT STABLE
+AS 'MODULE_PATHNAME', 'verify_signature';
+COMMENT ON FUNCTION outbox.verify_signature(text, text, bigint, text, text, interval) IS
+    'check a Standard Webhooks request: true when a v1 signature in the webhook-signature header matches and the timestamp is within tolerance of now';
+
+----------------------------------------------------------------------------
+-- Privileges: PUBLIC gets nothing.  README tells an administrator what to
+-- grant to an application role (emit, mark_processed) and to operators.
+----------------------------------------------------------------------------
+
+REVOKE ALL ON ALL TABLES IN SCHEMA outbox FROM PUBLIC;
+REVOKE ALL ON ALL SEQUENCES IN SCHEMA outbox FROM PUBLIC;
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA outbox FROM PUBLIC;

@@ -1,0 +1,266 @@
+/*-------------------------------------------------------------------------
+ *
+ * emit.c
+ *	  outbox.emit(): check the arguments, append one event to the current
+ *	  events partition in the caller's transaction, and wake the relay when
+ *	  that transaction commits.
+ *
+ * emit() runs as SECURITY DEFINER inside the caller's transaction and
+ * takes no lock beyond the row-exclusive lock of any INSERT, so emitters
+ * never wait on each other.  Each event records pg_current_xact_id(), the
+ * top-level transaction id, which is what snapshots list: the relay reads
+ * by snapshot, since ids from outbox.event_seq are drawn before commit.
+ *
+ * The wake-up is a transaction callback: at COMMIT it sets the relay's
+ * latch (shared memory); an aborted or prepared transaction wakes nothing
+ * (the relay's poll timer covers prepared ones).  No NOTIFY: its commit-time
+ * lock would serialize all emitters.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/detoast.h"
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/timestamp.h"
+#include "utils/uuid.h"
+
+#include "emit.h"
+#include "guc.h"
+#include "shmem.h"
+#include "validate.h"
+
+PG_FUNCTION_INFO_V1(emit);
+
+/* Did the current transaction emit?  Reset at its end. */
+static bool emitted_in_xact = false;
+static bool callback_registered = false;
+
+static SPIPlanPtr insert_plan = NULL;
+static SPIPlanPtr dedupe_insert_plan = NULL;
+static SPIPlanPtr dedupe_lookup_plan = NULL;
+
+static void
+emit_xact_callback(XactEvent event, void *arg)
+{
+	switch (event)
+	{
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+			if (emitted_in_xact)
+				outbox_wake_relay();
+			emitted_in_xact = false;
+			break;
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+		case XACT_EVENT_PREPARE:
+			emitted_in_xact = false;
+			break;
+		default:
+			break;
+	}
+}
+
+/*
+ * Fill uuid with a version 7 UUID: 48 bits of Unix time in milliseconds,
+ * then random bits.  Time order keeps index insertions at the right edge.
+ */
+static void
+make_uuid_v7(pg_uuid_t *uuid)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	uint64		ms;
+
+	ms = (uint64) (now / 1000) +
+		(uint64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY * 1000;
+	if (!pg_strong_random(uuid->data + 6, UUID_LEN - 6))
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("could not generate a random event id")));
+	for (int i = 0; i < 6; i++)
+		uuid->data[i] = (uint8) (ms >> (40 - 8 * i));
+	uuid->data[6] = (uuid->data[6] & 0x0f) | 0x70;	/* version 7 */
+	uuid->data[8] = (uuid->data[8] & 0x3f) | 0x80;	/* RFC 4122 variant */
+}
+
+static SPIPlanPtr
+prepare_kept(const char *sql, int nargs, Oid *argtypes)
+{
+	SPIPlanPtr	plan = SPI_prepare(sql, nargs, argtypes);
+
+	if (plan == NULL)
+		elog(ERROR, "SPI_prepare failed for \"%s\": %s", sql,
+			 SPI_result_code_string(SPI_result));
+	if (SPI_keepplan(plan) != 0)
+		elog(ERROR, "SPI_keepplan failed");
+	return plan;
+}
+
+static void
+check_text_arg(FunctionCallInfo fcinfo, int argno, const char *name)
+{
+	text	   *t;
+	int			len;
+
+	if (PG_ARGISNULL(argno))
+		return;
+	t = PG_GETARG_TEXT_PP(argno);
+	len = VARSIZE_ANY_EXHDR(t);
+	if (len == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must not be empty", name),
+				 errhint("Pass NULL for no %s.", name)));
+	if (len > OUTBOX_MAX_KEY)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("%s is too long", name),
+				 errdetail("A %s is at most %d bytes; this one has %d.",
+						   name, OUTBOX_MAX_KEY, len)));
+}
+
+/*
+ * Look up the event a dedupe key already stands for.  Returns false when
+ * the key is new, after claiming it for *event_id; otherwise overwrites
+ * *event_id with the first event's id.  A concurrent emit of the same key
+ * makes the INSERT wait for that transaction; if it committed, this one
+ * returns its event id.  The caller has connected to SPI.
+ */
+static bool
+dedupe_existing(Datum dedupe_key, pg_uuid_t *event_id)
+{
+	Datum		args[2];
+	bool		isnull;
+	int			rc;
+
+	if (dedupe_insert_plan == NULL)
+	{
+		Oid			types[2] = {TEXTOID, UUIDOID};
+
+		dedupe_insert_plan = prepare_kept(
+										  "INSERT INTO outbox.dedupe (dedupe_key, event_id) VALUES ($1, $2) "
+										  "ON CONFLICT (dedupe_key) DO NOTHING",
+										  2, types);
+		dedupe_lookup_plan = prepare_kept(
+										  "SELECT event_id FROM outbox.dedupe WHERE dedupe_key = $1",
+										  1, types);
+	}
+
+	args[0] = dedupe_key;
+	args[1] = UUIDPGetDatum(event_id);
+	rc = SPI_execute_plan(dedupe_insert_plan, args, NULL, false, 0);
+	if (rc != SPI_OK_INSERT)
+		elog(ERROR, "inserting dedupe key failed: %s", SPI_result_code_string(rc));
+	if (SPI_processed == 1)
+		return false;
+
+	/* Not read-only: a fresh snapshot sees a key committed concurrently. */
+	rc = SPI_execute_plan(dedupe_lookup_plan, args, NULL, false, 1);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "looking up dedupe key failed: %s", SPI_result_code_string(rc));
+	if (SPI_processed != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+				 errmsg("could not serialize access due to a concurrent emit with the same dedupe_key")));
+	memcpy(event_id,
+		   DatumGetUUIDP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)),
+		   sizeof(pg_uuid_t));
+	return true;
+}
+
+/*
+ * outbox.emit(event_type, payload, key, headers, deliver_at, dedupe_key)
+ * returns uuid.  See the file header.
+ */
+Datum
+emit(PG_FUNCTION_ARGS)
+{
+	text	   *event_type;
+	pg_uuid_t  *event_id;
+	Datum		result;
+	Datum		args[7];
+	char		nulls[7];
+	int			rc;
+
+	/* Check every argument before anything is written. */
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("event_type must not be NULL")));
+	event_type = PG_GETARG_TEXT_PP(0);
+	outbox_check_event_type(VARDATA_ANY(event_type), VARSIZE_ANY_EXHDR(event_type));
+
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("payload must not be NULL"),
+				 errhint("Use 'null'::jsonb for a JSON null.")));
+	{
+		Size		size = toast_raw_datum_size(PG_GETARG_DATUM(1)) - VARHDRSZ;
+
+		if (size > (Size) outbox_max_payload_size)
+			ereport(ERROR,
+					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+					 errmsg("event payload is too large"),
+					 errdetail("The payload has %zu bytes; outbox.max_payload_size is %d.",
+							   size, outbox_max_payload_size)));
+	}
+
+	check_text_arg(fcinfo, 2, "key");
+	if (!PG_ARGISNULL(3))
+		outbox_check_header_object(PG_GETARG_JSONB_P(3), "event headers");
+	if (!PG_ARGISNULL(4) && TIMESTAMP_NOT_FINITE(PG_GETARG_TIMESTAMPTZ(4)))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("deliver_at must be a finite timestamp")));
+	check_text_arg(fcinfo, 5, "dedupe_key");
+
+	event_id = palloc(sizeof(pg_uuid_t));
+	make_uuid_v7(event_id);
+	result = UUIDPGetDatum(event_id);
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+
+	if (!PG_ARGISNULL(5) && dedupe_existing(PG_GETARG_DATUM(5), event_id))
+	{
+		SPI_finish();
+		PG_RETURN_DATUM(result);
+	}
+
+	if (insert_plan == NULL)
+	{
+		Oid			types[6] = {UUIDOID, TEXTOID, JSONBOID, TEXTOID, JSONBOID, TIMESTAMPTZOID};
+
+		insert_plan = prepare_kept(
+								   "INSERT INTO outbox.events "
+								   "(id, slot, event_id, txid, event_type, payload, key, headers, deliver_at, created_at) "
+								   "SELECT nextval('outbox.event_seq'), q.cur_slot, $1, pg_current_xact_id(), "
+								   "$2, $3, $4, $5, $6, now() FROM outbox.queue q",
+								   6, types);
+	}
+
+	for (int i = 0; i < 6; i++)
+	{
+		args[i] = i == 0 ? result : PG_GETARG_DATUM(i - 1);
+		nulls[i] = (i > 0 && PG_ARGISNULL(i - 1)) ? 'n' : ' ';
+	}
+	rc = SPI_execute_plan(insert_plan, args, nulls, false, 0);
+	if (rc != SPI_OK_INSERT || SPI_processed != 1)
+		elog(ERROR, "inserting event failed: %s", SPI_result_code_string(rc));
+	SPI_finish();
+
+	if (!callback_registered)
+	{
+		RegisterXactCallback(emit_xact_callback, NULL);
+		callback_registered = true;
+	}
+	emitted_in_xact = true;
+
+	PG_RETURN_DATUM(result);
+}

@@ -10,7 +10,10 @@ OBJS = \
 	src/emit.o \
 	src/validate.o \
 	src/sign.o \
-	src/http.o
+	src/http.o \
+	src/policy.o \
+	src/store.o \
+	src/relay.o
 
 DATA = $(wildcard outbox--*.sql)
 

@@ -103,16 +103,73 @@ CREATE TABLE outbox.endpoint_secrets (
 );
 COMMENT ON TABLE outbox.endpoint_secrets IS 'signing secrets (whsec_...); readable only by the extension owner and superusers';
 
--- Each endpoint's position: every event whose transaction is visible in this
--- snapshot has been dealt with for this endpoint.  It starts at the
--- snapshot of the endpoint's creation, so an endpoint receives what was
--- emitted after it existed.
+-- Each endpoint's position.  Every event whose transaction is visible in
+-- snap has been dealt with for that endpoint.  While a batch is being worked
+-- through, next_snap is its upper snapshot and after_id the last event id
+-- of it dealt with: the batch is "visible in next_snap, not in snap", read
+-- in pages by id.  It starts at the snapshot of the endpoint's creation, so
+-- an endpoint receives what was emitted after it existed.
 CREATE TABLE outbox.positions (
     endpoint_id integer PRIMARY KEY REFERENCES outbox.endpoints (id) ON DELETE CASCADE,
     snap        pg_snapshot NOT NULL,
+    next_snap   pg_snapshot,
+    after_id    bigint NOT NULL DEFAULT 0,
     updated_at  timestamptz NOT NULL DEFAULT now()
 );
 COMMENT ON TABLE outbox.positions IS 'per-endpoint read position: events of transactions visible in snap are done for that endpoint';
+
+----------------------------------------------------------------------------
+-- Delivery records: only failures get per-event rows
+----------------------------------------------------------------------------
+
+-- Append-only log of every HTTP attempt.
+CREATE TABLE outbox.attempt_log (
+    at          timestamptz NOT NULL DEFAULT now(),
+    endpoint_id integer NOT NULL,
+    id          bigint NOT NULL,
+    event_id    uuid NOT NULL,
+    attempt     integer NOT NULL,
+    duration_ms real,
+    status      integer,
+    error       text,
+    response    text
+);
+CREATE INDEX attempt_log_event_idx ON outbox.attempt_log (event_id);
+COMMENT ON TABLE outbox.attempt_log IS 'every delivery attempt, appended by the relay; read it through outbox.attempts';
+
+-- Events that failed (or wait for deliver_at) and are due again at next_at.
+CREATE TABLE outbox.retries (
+    endpoint_id integer NOT NULL REFERENCES outbox.endpoints (id) ON DELETE CASCADE,
+    id          bigint NOT NULL,
+    event_id    uuid NOT NULL,
+    attempts    integer NOT NULL,
+    next_at     timestamptz NOT NULL,
+    last_status integer,
+    last_error  text,
+    first_failed_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (endpoint_id, id)
+);
+CREATE INDEX retries_due_idx ON outbox.retries (endpoint_id, next_at);
+COMMENT ON TABLE outbox.retries IS 'events owed to an endpoint again at next_at: failed attempts and events with a later deliver_at';
+
+-- Events given up on for an endpoint.  The event itself is copied so that a
+-- dead letter outlives the rotation of its events partition.
+CREATE TABLE outbox.dead_letter_log (
+    endpoint_id integer NOT NULL REFERENCES outbox.endpoints (id) ON DELETE CASCADE,
+    id          bigint NOT NULL,
+    event_id    uuid NOT NULL,
+    event_type  text NOT NULL,
+    payload     jsonb NOT NULL,
+    key         text,
+    headers     jsonb,
+    created_at  timestamptz NOT NULL,
+    attempts    integer NOT NULL,
+    last_status integer,
+    last_error  text,
+    dead_at     timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (endpoint_id, id)
+);
+COMMENT ON TABLE outbox.dead_letter_log IS 'events given up on for an endpoint, with a copy of the event; read it through outbox.dead_letters';
 
 ----------------------------------------------------------------------------
 -- Inbox
@@ -137,6 +194,9 @@ SELECT pg_catalog.pg_extension_config_dump('outbox.endpoints', '');
 SELECT pg_catalog.pg_extension_config_dump('outbox.endpoint_secrets', '');
 SELECT pg_catalog.pg_extension_config_dump('outbox.positions', '');
 SELECT pg_catalog.pg_extension_config_dump('outbox.inbox', '');
+SELECT pg_catalog.pg_extension_config_dump('outbox.retries', '');
+SELECT pg_catalog.pg_extension_config_dump('outbox.dead_letter_log', '');
+SELECT pg_catalog.pg_extension_config_dump('outbox.attempt_log', '');
 
 ----------------------------------------------------------------------------
 -- Emit (C)
@@ -512,6 +572,190 @@ LANGUAGE c STRICT STABLE
 AS 'MODULE_PATHNAME', 'verify_signature';
 COMMENT ON FUNCTION outbox.verify_signature(text, text, bigint, text, text, interval) IS
     'check a Standard Webhooks request: true when a v1 signature in the webhook-signature header matches and the timestamp is within tolerance of now';
+
+----------------------------------------------------------------------------
+-- Relay internals: what the background worker reads and records.  Each is
+-- one statement from the worker's point of view; none is granted to anyone.
+----------------------------------------------------------------------------
+
+-- Endpoint event-type patterns as LIKE patterns ("_" is literal in types).
+CREATE FUNCTION outbox._like_patterns(patterns text[]) RETURNS text[]
+LANGUAGE sql IMMUTABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT array_agg(CASE WHEN p LIKE '%*' THEN replace(left(p, -1), '_', '\_') || '%'
+                          ELSE replace(p, '_', '\_') END)
+      FROM unnest(patterns) AS p
+$$;
+COMMENT ON FUNCTION outbox._like_patterns(text[]) IS 'internal: event-type patterns as LIKE patterns';
+
+-- The request body: {"type": ..., "timestamp": RFC 3339, "data": payload}.
+CREATE FUNCTION outbox._body(event_type text, created_at timestamptz, payload jsonb) RETURNS text
+LANGUAGE sql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT '{"type":' || to_json(event_type)::text
+        || ',"timestamp":"' || to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
+        || '","data":' || payload::text || '}'
+$$;
+COMMENT ON FUNCTION outbox._body(text, timestamptz, jsonb) IS 'internal: the Standard Webhooks request body of an event';
+
+CREATE FUNCTION outbox._header_lines(headers jsonb) RETURNS text[]
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce(array_agg(k || ': ' || v), '{}') FROM jsonb_each_text(coalesce(headers, '{}')) AS h(k, v)
+$$;
+COMMENT ON FUNCTION outbox._header_lines(jsonb) IS 'internal: a header object as "name: value" lines';
+
+-- The next page of events owed to an endpoint by its position, in id order.
+-- Starts a new batch (visible now, not in the position's snapshot) when
+-- none is open.  Writes only the position's batch bounds; the relay
+-- advances after_id when it records the page.
+CREATE FUNCTION outbox._read_page(eid integer, lim integer)
+RETURNS TABLE (id bigint, event_id uuid, deliver_at timestamptz, key text,
+               body text, header_lines text[], batch text)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    pos  outbox.positions;
+    nxt  pg_snapshot;
+    lo   bigint;
+    pats text[];
+BEGIN
+    SELECT outbox._like_patterns(ep.event_types) INTO pats FROM outbox.endpoints ep WHERE ep.id = eid;
+    -- At most twice: an open batch found empty is closed, then a new one
+    -- is opened from the current snapshot.
+    FOR attempt IN 1..2 LOOP
+        SELECT * INTO pos FROM outbox.positions p WHERE p.endpoint_id = eid;
+        IF NOT FOUND THEN
+            RETURN;
+        END IF;
+        IF pos.next_snap IS NULL THEN
+            nxt := pg_current_snapshot();
+            IF nxt::text = pos.snap::text THEN
+                RETURN;
+            END IF;
+            -- The batch's first id, through the txid index: ids are drawn
+            -- before commit, so a batch can begin below ids already read.
+            SELECT min(e.id) INTO lo
+              FROM outbox.events e
+             WHERE e.txid >= pg_snapshot_xmin(pos.snap) AND e.txid < pg_snapshot_xmax(nxt)
+               AND pg_visible_in_snapshot(e.txid, nxt) AND NOT pg_visible_in_snapshot(e.txid, pos.snap);
+            IF lo IS NULL THEN
+                UPDATE outbox.positions p SET snap = nxt, updated_at = now() WHERE p.endpoint_id = eid;
+                RETURN;
+            END IF;
+            UPDATE outbox.positions p SET next_snap = nxt, after_id = lo - 1, updated_at = now()
+             WHERE p.endpoint_id = eid
+            RETURNING * INTO pos;
+        END IF;
+
+        RETURN QUERY
+            SELECT e.id, e.event_id, e.deliver_at, e.key,
+                   outbox._body(e.event_type, e.created_at, e.payload),
+                   outbox._header_lines(e.headers), pos.next_snap::text
+              FROM outbox.events e
+             WHERE e.id > pos.after_id
+               AND e.txid >= pg_snapshot_xmin(pos.snap) AND e.txid < pg_snapshot_xmax(pos.next_snap)
+               AND pg_visible_in_snapshot(e.txid, pos.next_snap)
+               AND NOT pg_visible_in_snapshot(e.txid, pos.snap)
+               AND e.event_type LIKE ANY (pats)
+             ORDER BY e.id
+             LIMIT lim;
+        IF FOUND THEN
+            RETURN;
+        END IF;
+        -- Nothing left of the batch: the position moves past it.
+        UPDATE outbox.positions p
+           SET snap = p.next_snap, next_snap = NULL, after_id = 0, updated_at = now()
+         WHERE p.endpoint_id = eid;
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION outbox._read_page(integer, integer) IS 'internal: the next page of events owed to an endpoint by its position';
+
+-- Events of an endpoint whose retry (or deliver_at) is due.
+CREATE FUNCTION outbox._read_due(eid integer, lim integer)
+RETURNS TABLE (id bigint, event_id uuid, attempts integer, key text, body text, header_lines text[])
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT e.id, e.event_id, r.attempts, e.key,
+           outbox._body(e.event_type, e.created_at, e.payload),
+           outbox._header_lines(e.headers)
+      FROM outbox.retries r
+      JOIN outbox.events e ON e.id = r.id
+     WHERE r.endpoint_id = eid AND r.next_at <= now()
+     ORDER BY r.next_at, r.id
+     LIMIT lim
+$$;
+COMMENT ON FUNCTION outbox._read_due(integer, integer) IS 'internal: events whose retry or deliver_at has come, for one endpoint';
+
+-- Record the outcomes of one page (or one set of due retries) of an
+-- endpoint in one statement: the attempt log, retries, dead letters, and
+-- for a page the endpoint's position.  outcome is 'delivered', 'retry',
+-- 'dead' or 'deferred' (not sent yet: deliver_at is later).
+CREATE FUNCTION outbox._record(
+    eid integer, batch text, last_id bigint, batch_done boolean,
+    ids bigint[], event_ids uuid[], attempts integer[], outcomes text[],
+    next_ats timestamptz[], statuses integer[], errors text[],
+    durations real[], responses text[], disable_reason text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    INSERT INTO outbox.attempt_log (endpoint_id, id, event_id, attempt, duration_ms, status, error, response)
+    SELECT eid, o.id, o.event_id, o.attempt, o.duration_ms, o.status, o.error, o.response
+      FROM unnest(ids, event_ids, attempts, outcomes, next_ats, statuses, errors, durations, responses)
+                AS o(id, event_id, attempt, outcome, next_at, status, error, duration_ms, response) WHERE o.outcome <> 'deferred';
+
+    INSERT INTO outbox.retries AS r (endpoint_id, id, event_id, attempts, next_at, last_status, last_error)
+    SELECT eid, o.id, o.event_id, o.attempt, o.next_at, o.status, o.error
+      FROM unnest(ids, event_ids, attempts, outcomes, next_ats, statuses, errors, durations, responses)
+                AS o(id, event_id, attempt, outcome, next_at, status, error, duration_ms, response) WHERE o.outcome IN ('retry', 'deferred')
+    ON CONFLICT (endpoint_id, id) DO UPDATE
+       SET attempts = EXCLUDED.attempts, next_at = EXCLUDED.next_at,
+           last_status = EXCLUDED.last_status, last_error = EXCLUDED.last_error;
+
+    INSERT INTO outbox.dead_letter_log AS d (endpoint_id, id, event_id, event_type, payload, key, headers,
+                                             created_at, attempts, last_status, last_error)
+    SELECT eid, e.id, e.event_id, e.event_type, e.payload, e.key, e.headers, e.created_at,
+           o.attempt, o.status, o.error
+      FROM unnest(ids, event_ids, attempts, outcomes, next_ats, statuses, errors, durations, responses)
+                AS o(id, event_id, attempt, outcome, next_at, status, error, duration_ms, response)
+      JOIN outbox.events e ON e.id = o.id
+     WHERE o.outcome = 'dead'
+    ON CONFLICT (endpoint_id, id) DO UPDATE
+       SET attempts = EXCLUDED.attempts, last_status = EXCLUDED.last_status,
+           last_error = EXCLUDED.last_error, dead_at = now();
+
+    DELETE FROM outbox.retries r
+     USING unnest(ids, outcomes) AS o(id, outcome)
+     WHERE r.endpoint_id = eid AND r.id = o.id AND o.outcome IN ('delivered', 'dead');
+
+    IF batch IS NOT NULL THEN
+        IF batch_done THEN
+            UPDATE outbox.positions p
+               SET snap = p.next_snap, next_snap = NULL, after_id = 0, updated_at = now()
+             WHERE p.endpoint_id = eid AND p.next_snap::text = batch;
+        ELSE
+            UPDATE outbox.positions p SET after_id = last_id, updated_at = now()
+             WHERE p.endpoint_id = eid AND p.next_snap::text = batch;
+        END IF;
+    END IF;
+
+    IF disable_reason IS NOT NULL THEN
+        UPDATE outbox.endpoints
+           SET disabled_at = now(), disabled_reason = disable_reason, updated_at = now()
+         WHERE id = eid AND disabled_at IS NULL;
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION outbox._record(integer, text, bigint, boolean, bigint[], uuid[], integer[], text[], timestamptz[], integer[], text[], real[], text[], text) IS
+    'internal: record the outcomes of one page of deliveries to an endpoint';
 
 ----------------------------------------------------------------------------
 -- Privileges: PUBLIC gets nothing.  README tells an administrator what to

@@ -4,6 +4,10 @@
  *	  Every outbox.* configuration parameter, with its unit, bounds and
  *	  when a change takes effect.
  *
+ * Parameters read by the relay are PGC_SIGHUP: the relay rereads them on
+ * reload.  outbox.database is PGC_POSTMASTER: it decides at start which
+ * database the relay connects to.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -13,8 +17,38 @@
 
 #include "guc.h"
 
-/* Largest payload emit() accepts, in bytes of the stored jsonb value. */
 int			outbox_max_payload_size = 1024 * 1024;
+char	   *outbox_database = NULL;
+int			outbox_poll_interval = 1000;
+int			outbox_max_concurrency = 64;
+int			outbox_endpoint_concurrency = 32;
+int			outbox_batch_size = 500;
+char	   *outbox_retry_schedule = NULL;
+RetrySchedule outbox_schedule;
+
+static bool
+check_retry_schedule(char **newval, void **extra, GucSource source)
+{
+	RetrySchedule parsed;
+
+	if (!policy_parse_schedule(*newval, &parsed))
+	{
+		GUC_check_errdetail("A schedule is a comma-separated list of delays such as \"5s,5min,2h\" (units ms, s, min, h, d; at most %d entries of at most 30 days).",
+							OUTBOX_MAX_SCHEDULE);
+		return false;
+	}
+	*extra = malloc(sizeof(RetrySchedule));	/* freed by the GUC machinery */
+	if (*extra == NULL)
+		return false;
+	memcpy(*extra, &parsed, sizeof(RetrySchedule));
+	return true;
+}
+
+static void
+assign_retry_schedule(const char *newval, void *extra)
+{
+	memcpy(&outbox_schedule, extra, sizeof(RetrySchedule));
+}
 
 void
 outbox_guc_init(void)
@@ -23,12 +57,57 @@ outbox_guc_init(void)
 							"Largest event payload emit() accepts.",
 							"Measured as the size of the stored jsonb value.",
 							&outbox_max_payload_size,
-							1024 * 1024,
-							1,
-							MaxAllocSize / 2,
-							PGC_SUSET,
-							GUC_UNIT_BYTE,
+							1024 * 1024, 1, MaxAllocSize / 2,
+							PGC_SUSET, GUC_UNIT_BYTE,
 							NULL, NULL, NULL);
+
+	DefineCustomStringVariable("outbox.database",
+							   "Database the relay delivers events from.",
+							   NULL,
+							   &outbox_database,
+							   "postgres",
+							   PGC_POSTMASTER, 0,
+							   NULL, NULL, NULL);
+
+	DefineCustomIntVariable("outbox.poll_interval",
+							"How often the relay looks for work when nothing wakes it.",
+							"Covers retries that come due, deliver_at and prepared transactions; commits wake the relay at once.",
+							&outbox_poll_interval,
+							1000, 10, 3600 * 1000,
+							PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("outbox.max_concurrency",
+							"Most HTTP requests the relay keeps in flight at once.",
+							NULL,
+							&outbox_max_concurrency,
+							64, 1, 10000,
+							PGC_SIGHUP, 0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("outbox.endpoint_concurrency",
+							"Most HTTP requests in flight to one endpoint.",
+							NULL,
+							&outbox_endpoint_concurrency,
+							32, 1, 10000,
+							PGC_SIGHUP, 0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("outbox.batch_size",
+							"Most events the relay reads for one endpoint at a time.",
+							NULL,
+							&outbox_batch_size,
+							500, 1, 100000,
+							PGC_SIGHUP, 0,
+							NULL, NULL, NULL);
+
+	DefineCustomStringVariable("outbox.retry_schedule",
+							   "Delays between delivery attempts.",
+							   "After the last entry, the last delay repeats until the endpoint's max_attempts.",
+							   &outbox_retry_schedule,
+							   "5s,5min,30min,2h,5h,10h,10h",
+							   PGC_SIGHUP, 0,
+							   check_retry_schedule, assign_retry_schedule, NULL);
 
 	MarkGUCPrefixReserved("outbox");
 }

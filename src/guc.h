@@ -8,7 +8,16 @@
 #ifndef OUTBOX_GUC_H
 #define OUTBOX_GUC_H
 
+#include "policy.h"
+
 extern int	outbox_max_payload_size;
+extern char *outbox_database;
+extern int	outbox_poll_interval;
+extern int	outbox_max_concurrency;
+extern int	outbox_endpoint_concurrency;
+extern int	outbox_batch_size;
+extern char *outbox_retry_schedule;
+extern RetrySchedule outbox_schedule;
 
 extern void outbox_guc_init(void);
 

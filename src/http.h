@@ -1,14 +1,58 @@
 /*-------------------------------------------------------------------------
  *
  * http.h
- *	  HTTP through libcurl: endpoint URL checks (and, with the relay, the
- *	  multi-handle wrapper).
+ *	  HTTP through libcurl: endpoint URL checks and the multi-handle
+ *	  wrapper the relay submits requests to.
  *
  *-------------------------------------------------------------------------
  */
 #ifndef OUTBOX_HTTP_H
 #define OUTBOX_HTTP_H
 
-#define OUTBOX_MAX_URL	2048
+#include <curl/curl.h>
+
+#include "lib/ilist.h"
+
+#define OUTBOX_MAX_URL			2048
+#define OUTBOX_RESPONSE_KEEP	512 /* response bytes kept for the log */
+#define OUTBOX_RESPONSE_READ	(64 * 1024) /* read at most, then hang up */
+
+/*
+ * One request.  The caller fills the inputs and keeps url, body and the
+ * request itself alive until http_next_done() hands it back; http owns the
+ * header list from submit on and frees it.
+ */
+typedef struct HttpRequest
+{
+	/* inputs */
+	const char *url;
+	const char *body;
+	size_t		body_len;
+	struct curl_slist *headers;
+	long		timeout_ms;
+	void	   *owner;
+
+	/* results */
+	long		status;			/* 0 when no response */
+	bool		transport_error;	/* connect, TLS, timeout, protocol */
+	char		error[CURL_ERROR_SIZE];
+	double		duration_ms;
+	char		response[OUTBOX_RESPONSE_KEEP + 1];
+	size_t		response_len;
+	size_t		response_read;
+	char		delivery[32];	/* webhook-delivery response header */
+	char		retry_after[64];	/* Retry-After response header */
+
+	CURL	   *easy;
+	dlist_node	node;			/* in the in-flight list */
+} HttpRequest;
+
+extern void http_start(int max_total, int max_per_host);
+extern void http_configure(int max_total, int max_per_host);
+extern void http_submit(HttpRequest *req);
+extern int	http_in_flight(void);
+extern void http_wait(int timeout_ms);
+extern HttpRequest *http_next_done(void);
+extern void http_abandon_all(void);
 
 #endif							/* OUTBOX_HTTP_H */

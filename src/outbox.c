@@ -16,6 +16,7 @@
 #include "fmgr.h"
 
 #include "guc.h"
+#include "relay.h"
 #include "shmem.h"
 
 PG_MODULE_MAGIC;
@@ -27,4 +28,5 @@ _PG_init(void)
 {
 	outbox_guc_init();
 	outbox_shmem_init();
+	outbox_relay_register();
 }

@@ -1,0 +1,150 @@
+/*-------------------------------------------------------------------------
+ *
+ * policy.c
+ *	  Status classification, the retry schedule and Retry-After: pure
+ *	  functions of their arguments, no I/O and no shared state.
+ *
+ * The rules follow the Standard Webhooks spec: 2xx is success; 3xx is a
+ * failure (redirects are not followed); 408, 425, 429, 5xx and transport
+ * errors are retried; 410 disables the endpoint; other 4xx are permanent.
+ * A receiver may also answer "webhook-delivery: abort-message" (dead
+ * letter now) or "disable".
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <ctype.h>
+#include <math.h>
+#include <curl/curl.h>
+
+#include "policy.h"
+
+Outcome
+policy_classify(long status, bool transport_error, const char *delivery_header)
+{
+	if (delivery_header != NULL)
+	{
+		if (pg_strcasecmp(delivery_header, "abort-message") == 0)
+			return OUTCOME_DEAD;
+		if (pg_strcasecmp(delivery_header, "disable") == 0)
+			return OUTCOME_DISABLE;
+	}
+	if (transport_error)
+		return OUTCOME_RETRY;
+	if (status >= 200 && status < 300)
+		return OUTCOME_DELIVERED;
+	if (status == 410)
+		return OUTCOME_DISABLE;
+	if (status == 408 || status == 425 || status == 429)
+		return OUTCOME_RETRY;
+	if (status >= 400 && status < 500)
+		return OUTCOME_DEAD;
+	return OUTCOME_RETRY;		/* 1xx left over, 3xx, 5xx, nonsense */
+}
+
+/*
+ * Parse a schedule such as "5s,5min,30min,2h" into delays in seconds.
+ * Units: ms, s, min, h, d; a bare number is
+ * seconds.  Returns false on any malformed entry.
+ */
+bool
+policy_parse_schedule(const char *text, RetrySchedule *schedule)
+{
+	const char *p = text;
+
+	schedule->n = 0;
+	while (*p)
+	{
+		char	   *end;
+		double		v;
+		double		mult = 1;
+
+		while (isspace((unsigned char) *p))
+			p++;
+		v = strtod(p, &end);
+		if (end == p || v < 0)
+			return false;
+		p = end;
+		while (isspace((unsigned char) *p))
+			p++;
+		if (strncmp(p, "ms", 2) == 0)
+			mult = 0.001, p += 2;
+		else if (strncmp(p, "min", 3) == 0)
+			mult = 60, p += 3;
+		else if (*p == 's')
+			mult = 1, p += 1;
+		else if (*p == 'h')
+			mult = 3600, p += 1;
+		else if (*p == 'd')
+			mult = 86400, p += 1;
+		while (isspace((unsigned char) *p))
+			p++;
+		if (*p == ',')
+			p++;
+		else if (*p != '\0')
+			return false;
+		if (schedule->n >= OUTBOX_MAX_SCHEDULE || v * mult > 30 * 86400)
+			return false;
+		schedule->delay_secs[schedule->n++] = v * mult;
+	}
+	return schedule->n > 0;
+}
+
+/*
+ * Seconds to wait before attempt number attempt + 1, after attempt number
+ * attempt (1-based) failed.  jitter in [-1, 1] scales the delay by up to
+ * +-20%.  A Retry-After (seconds, 0 when absent) on 429 or 503 is honoured
+ * when it asks for longer.
+ */
+double
+policy_backoff(const RetrySchedule *schedule, int attempt,
+			   long status, double retry_after, double jitter)
+{
+	int			i = Min(Max(attempt, 1), schedule->n) - 1;
+	double		delay = schedule->delay_secs[i] * (1.0 + 0.2 * jitter);
+
+	if ((status == 429 || status == 503) && retry_after > delay)
+		delay = Min(retry_after, 86400.0);
+	return Max(delay, 0.0);
+}
+
+/*
+ * Seconds a Retry-After value asks for: delta-seconds or an HTTP date
+ * (relative to now, Unix seconds).  0 when absent or unreadable.
+ */
+double
+policy_retry_after(const char *value, double now)
+{
+	char	   *end;
+	long		secs;
+	time_t		when;
+
+	if (value == NULL)
+		return 0;
+	while (isspace((unsigned char) *value))
+		value++;
+	secs = strtol(value, &end, 10);
+	if (end != value)
+		return secs > 0 ? (double) secs : 0;
+	when = curl_getdate(value, NULL);
+	if (when < 0)
+		return 0;
+	return Max((double) when - now, 0.0);
+}
+
+const char *
+policy_outcome_name(Outcome o)
+{
+	switch (o)
+	{
+		case OUTCOME_DELIVERED:
+			return "delivered";
+		case OUTCOME_RETRY:
+		case OUTCOME_DISABLE:
+			return "retry";
+		case OUTCOME_DEAD:
+			return "dead";
+	}
+	return "retry";
+}

@@ -1,0 +1,34 @@
+/*-------------------------------------------------------------------------
+ *
+ * policy.h
+ *	  What a response means and when to try again (pure functions).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef OUTBOX_POLICY_H
+#define OUTBOX_POLICY_H
+
+typedef enum Outcome
+{
+	OUTCOME_DELIVERED,
+	OUTCOME_RETRY,				/* try again after a backoff */
+	OUTCOME_DEAD,				/* give up on this event for this endpoint */
+	OUTCOME_DISABLE				/* retry later, and disable the endpoint */
+} Outcome;
+
+#define OUTBOX_MAX_SCHEDULE 32
+
+typedef struct RetrySchedule
+{
+	int			n;
+	double		delay_secs[OUTBOX_MAX_SCHEDULE];
+} RetrySchedule;
+
+extern Outcome policy_classify(long status, bool transport_error, const char *delivery_header);
+extern bool policy_parse_schedule(const char *text, RetrySchedule *schedule);
+extern double policy_backoff(const RetrySchedule *schedule, int attempt,
+							 long status, double retry_after, double jitter);
+extern double policy_retry_after(const char *value, double now);
+extern const char *policy_outcome_name(Outcome o);
+
+#endif							/* OUTBOX_POLICY_H */

@@ -1,0 +1,489 @@
+/*-------------------------------------------------------------------------
+ *
+ * relay.c
+ *	  The relay worker: its registration, signals, the latch loop and error
+ *	  recovery.  It reads committed events per endpoint in short
+ *	  transactions, delivers them with no transaction open, and records the
+ *	  outcomes in a second short transaction (DESIGN.md, data flow).
+ *
+ * One relay serves one database, passed to it in bgw_extra.  Per
+ * endpoint at most one page of new events and one set of due retries are
+ * in flight; a slow endpoint only holds back itself.  Commits of emitting
+ * transactions set our latch (emit.c); outbox.poll_interval covers retries,
+ * deliver_at and prepared transactions.  While requests are in flight the
+ * loop waits in libcurl for at most IN_FLIGHT_WAIT_MS at a time and then
+ * checks the latch, since a latch cannot wake a libcurl poll.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "access/xlog.h"
+#include "common/pg_prng.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/proc.h"
+#include "tcop/tcopprot.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/hsearch.h"
+#include "utils/memutils.h"
+#include "utils/resowner.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+#include "guc.h"
+#include "shmem.h"
+#include "store.h"
+#include "relay.h"
+
+#define IN_FLIGHT_WAIT_MS	5
+
+static MemoryContext relay_cxt = NULL;
+static HTAB *endpoints = NULL;
+static ResourceOwner relay_owner = NULL;
+
+/* Batches whose requests are being sent, and those read but not committed. */
+static dlist_head active = DLIST_STATIC_INIT(active);
+static dlist_head unconfirmed = DLIST_STATIC_INIT(unconfirmed);
+static int	in_flight = 0;
+
+void
+outbox_relay_register(void)
+{
+	BackgroundWorker worker;
+
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	/* Not on a standby: it starts once recovery has finished (promotion). */
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = 5;
+	strlcpy(worker.bgw_library_name, "outbox", BGW_MAXLEN);
+	strlcpy(worker.bgw_function_name, "outbox_relay_main", BGW_MAXLEN);
+	snprintf(worker.bgw_name, BGW_MAXLEN, "outbox relay for %s", outbox_database);
+	strlcpy(worker.bgw_type, "outbox relay", BGW_MAXLEN);
+	strlcpy(worker.bgw_extra, outbox_database, BGW_EXTRALEN);
+	RegisterBackgroundWorker(&worker);
+}
+
+static void
+relay_shmem_exit(int code, Datum arg)
+{
+	outbox_shmem_set_relay(-1);
+	http_abandon_all();
+}
+
+static void
+free_batch(Batch *b)
+{
+	if (b->is_page)
+		b->ep->page = NULL;
+	else
+		b->ep->due = NULL;
+	MemoryContextDelete(b->cxt);
+}
+
+static void
+begin_tx(const char *activity)
+{
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	PushActiveSnapshot(GetTransactionSnapshot());
+	pgstat_report_activity(STATE_RUNNING, activity);
+}
+
+static void
+end_tx(void)
+{
+	SPI_finish();
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	pgstat_report_stat(false);
+	pgstat_report_activity(STATE_IDLE, NULL);
+}
+
+/* Report the error being handled and leave no transaction behind. */
+static void
+recover(MemoryContext cxt)
+{
+	EmitErrorReport();
+	AbortCurrentTransaction();
+	FlushErrorState();
+	MemoryContextSwitchTo(cxt);
+	pgstat_report_activity(STATE_IDLE, NULL);
+}
+
+/* Outcome of a delivery that was not sent because deliver_at is later. */
+static void
+defer(Delivery *d)
+{
+	d->outcome = "deferred";
+	d->next_at = d->deliver_at;
+}
+
+/*
+ * Read what each active endpoint with room for it is owed: a page of new
+ * events and its due retries.  One short transaction.  Batches go to the
+ * active list only once it committed.  Returns false when the extension is
+ * not there.
+ */
+static bool
+read_round(void)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	bool		ready = true;
+
+	PG_TRY();
+	{
+		begin_tx("outbox: reading events");
+		if (!store_extension_ready())
+		{
+			store_forget_plans();
+			ready = false;
+		}
+		else
+		{
+			HASH_SEQ_STATUS seq;
+			RelayEndpoint *ep;
+
+			store_load_endpoints(endpoints, relay_cxt);
+			hash_seq_init(&seq, endpoints);
+			while ((ep = hash_seq_search(&seq)) != NULL)
+			{
+				if (!ep->active)
+					continue;
+				if (ep->page == NULL)
+				{
+					ep->page = store_read_page(ep, outbox_batch_size, relay_cxt);
+					if (ep->page)
+						dlist_push_tail(&unconfirmed, &ep->page->node);
+				}
+				if (ep->due == NULL)
+				{
+					ep->due = store_read_due(ep, outbox_batch_size, relay_cxt);
+					if (ep->due)
+						dlist_push_tail(&unconfirmed, &ep->due->node);
+				}
+			}
+		}
+		end_tx();
+	}
+	PG_CATCH();
+	{
+		dlist_mutable_iter iter;
+
+		recover(cxt);
+		dlist_foreach_modify(iter, &unconfirmed)
+		{
+			dlist_delete(iter.cur);
+			free_batch(dlist_container(Batch, node, iter.cur));
+		}
+		return true;
+	}
+	PG_END_TRY();
+
+	while (!dlist_is_empty(&unconfirmed))
+	{
+		Batch	   *b = dlist_container(Batch, node, dlist_pop_head_node(&unconfirmed));
+
+		b->pending = 0;
+		for (int i = 0; i < b->n; i++)
+		{
+			if (b->d[i].deferred)
+				defer(&b->d[i]);
+			else
+				b->pending++;
+		}
+		dlist_push_tail(&active, &b->node);
+	}
+	return ready;
+}
+
+static struct curl_slist *
+add_header(struct curl_slist *list, const char *line)
+{
+	struct curl_slist *next = curl_slist_append(list, line);
+
+	if (next == NULL)
+	{
+		curl_slist_free_all(list);
+		elog(ERROR, "out of memory building request headers");
+	}
+	return next;
+}
+
+/* Build the signed request of one delivery and hand it to libcurl. */
+static void
+submit(Delivery *d)
+{
+	RelayEndpoint *ep = d->batch->ep;
+	struct curl_slist *h = NULL;
+	int64		ts = (int64) time(NULL);
+	size_t		body_len = strlen(d->body);
+	char		sig[OUTBOX_SIGNATURE_LEN];
+	char		old_sig[OUTBOX_SIGNATURE_LEN];
+	char		line[256];
+	char	   *uuid_str;
+	ResourceOwner save = CurrentResourceOwner;
+
+	uuid_str = DatumGetCString(DirectFunctionCall1(uuid_out, UUIDPGetDatum(&d->event_id)));
+	strlcpy(d->event_id_str, uuid_str, sizeof(d->event_id_str));
+	pfree(uuid_str);
+
+	/* pg_hmac may register with a resource owner; we have no transaction. */
+	CurrentResourceOwner = relay_owner;
+	outbox_sign(ep->key, ep->keylen, d->event_id_str, strlen(d->event_id_str), ts,
+				d->body, body_len, sig);
+	if (ep->old_keylen > 0)
+		outbox_sign(ep->old_key, ep->old_keylen, d->event_id_str, strlen(d->event_id_str), ts,
+					d->body, body_len, old_sig);
+	CurrentResourceOwner = save;
+
+	h = add_header(h, "Content-Type: application/json");
+	h = add_header(h, "Expect:");
+	snprintf(line, sizeof(line), "webhook-id: %s", d->event_id_str);
+	h = add_header(h, line);
+	snprintf(line, sizeof(line), "webhook-timestamp: " INT64_FORMAT, ts);
+	h = add_header(h, line);
+	if (ep->old_keylen > 0)
+		snprintf(line, sizeof(line), "webhook-signature: v1,%s v1,%s", sig, old_sig);
+	else
+		snprintf(line, sizeof(line), "webhook-signature: v1,%s", sig);
+	h = add_header(h, line);
+	if (ep->headers[0] != '\0')
+	{
+		char	   *copy = pstrdup(ep->headers);
+		char	   *save_ptr = NULL;
+
+		for (char *l = strtok_r(copy, "\n", &save_ptr); l; l = strtok_r(NULL, "\n", &save_ptr))
+			h = add_header(h, l);
+		pfree(copy);
+	}
+	for (int i = 0; i < d->n_event_headers; i++)
+		h = add_header(h, d->event_headers[i]);
+
+	d->req.url = ep->url;
+	d->req.body = d->body;
+	d->req.body_len = body_len;
+	d->req.headers = h;
+	d->req.timeout_ms = ep->timeout_ms;
+	d->req.owner = d;
+	http_submit(&d->req);
+	d->batch->in_flight++;
+	in_flight++;
+}
+
+/* Submit what the concurrency limits allow, oldest batch first. */
+static void
+pump(void)
+{
+	dlist_iter	iter;
+
+	dlist_foreach(iter, &active)
+	{
+		Batch	   *b = dlist_container(Batch, node, iter.cur);
+
+		while (b->next_submit < b->n && in_flight < outbox_max_concurrency &&
+			   b->in_flight < outbox_endpoint_concurrency)
+		{
+			Delivery   *d = &b->d[b->next_submit++];
+			MemoryContext old;
+
+			if (d->deferred)
+				continue;
+			old = MemoryContextSwitchTo(b->cxt);
+			submit(d);
+			MemoryContextSwitchTo(old);
+		}
+	}
+}
+
+/* Turn finished requests into outcomes. */
+static void
+collect(void)
+{
+	HttpRequest *req;
+
+	while ((req = http_next_done()) != NULL)
+	{
+		Delivery   *d = (Delivery *) req->owner;
+		Batch	   *b = d->batch;
+		Outcome		o;
+
+		o = policy_classify(req->status, req->transport_error,
+							req->delivery[0] ? req->delivery : NULL);
+		d->next_at = 0;
+		if (o == OUTCOME_DISABLE)
+			b->disable_reason = req->status == 410 ? "410 Gone" :
+				"the receiver answered webhook-delivery: disable";
+		if (o == OUTCOME_RETRY && d->attempt >= b->ep->max_attempts)
+			o = OUTCOME_DEAD;
+		if (o == OUTCOME_RETRY || o == OUTCOME_DISABLE)
+		{
+			double		wait = policy_backoff(&outbox_schedule, d->attempt, req->status,
+											  policy_retry_after(req->retry_after, (double) time(NULL)),
+											  pg_prng_double(&pg_global_prng_state) * 2.0 - 1.0);
+
+			d->next_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), (int64) (wait * 1000.0));
+		}
+		d->outcome = policy_outcome_name(o);
+		b->pending--;
+		b->in_flight--;
+		in_flight--;
+		if (req->transport_error || o != OUTCOME_DELIVERED)
+			ereport(DEBUG1,
+					(errmsg("outbox delivery of %s to \"%s\" failed: %s",
+							d->event_id_str, b->ep->name,
+							req->transport_error ? req->error : psprintf("HTTP %ld", req->status))));
+	}
+}
+
+/*
+ * Record every finished batch, each in its own short transaction so that
+ * one that cannot be recorded (its endpoint was dropped) does not hold up
+ * the others.  An unrecorded page is read and delivered again.
+ */
+static void
+record_round(void)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	dlist_mutable_iter iter;
+
+	dlist_foreach_modify(iter, &active)
+	{
+		Batch	   *b = dlist_container(Batch, node, iter.cur);
+
+		if (b->pending > 0 || b->next_submit < b->n)
+			continue;
+		dlist_delete(iter.cur);
+		PG_TRY();
+		{
+			begin_tx("outbox: recording outcomes");
+			store_record(b);
+			end_tx();
+			if (b->is_page && !b->batch_done)
+				b->ep->more = true;
+			ereport(DEBUG1,
+					(errmsg("outbox recorded %d deliveries to \"%s\"", b->n, b->ep->name)));
+		}
+		PG_CATCH();
+		{
+			recover(cxt);
+		}
+		PG_END_TRY();
+		free_batch(b);
+	}
+}
+
+static bool
+want_more(void)
+{
+	HASH_SEQ_STATUS seq;
+	RelayEndpoint *ep;
+	bool		more = false;
+
+	hash_seq_init(&seq, endpoints);
+	while ((ep = hash_seq_search(&seq)) != NULL)
+	{
+		if (ep->more && ep->page == NULL)
+			more = true;
+		ep->more = false;
+	}
+	return more;
+}
+
+void
+outbox_relay_main(Datum arg)
+{
+	char		dbname[BGW_EXTRALEN];
+	HASHCTL		ctl;
+	bool		read_now = true;
+	TimestampTz last_read = 0;
+
+	memcpy(dbname, MyBgworkerEntry->bgw_extra, BGW_EXTRALEN);
+	dbname[BGW_EXTRALEN - 1] = '\0';
+
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+	BackgroundWorkerInitializeConnection(dbname, NULL, 0);
+	pgstat_report_appname("outbox relay");
+	/* Losing the relay's own last commit can only repeat a delivery. */
+	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
+
+	relay_cxt = AllocSetContextCreate(TopMemoryContext, "outbox relay", ALLOCSET_DEFAULT_SIZES);
+	relay_owner = ResourceOwnerCreate(NULL, "outbox relay");
+	memset(&ctl, 0, sizeof(ctl));
+	ctl.keysize = sizeof(int);
+	ctl.entrysize = sizeof(RelayEndpoint);
+	ctl.hcxt = relay_cxt;
+	endpoints = hash_create("outbox endpoints", 64, &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+
+	http_start(outbox_max_concurrency, outbox_endpoint_concurrency);
+	before_shmem_exit(relay_shmem_exit, (Datum) 0);
+	outbox_shmem_set_relay(MyProc->pgprocno);
+
+	ereport(LOG, (errmsg("outbox relay started for database \"%s\"", dbname)));
+
+	for (;;)
+	{
+		TimestampTz now;
+		long		until_poll;
+
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+			http_configure(outbox_max_concurrency, outbox_endpoint_concurrency);
+			ereport(LOG, (errmsg("outbox relay reloaded its configuration")));
+		}
+
+		now = GetCurrentTimestamp();
+		if (read_now || TimestampDifferenceExceeds(last_read, now, outbox_poll_interval))
+		{
+			ResetLatch(MyLatch);
+			read_now = false;
+			last_read = now;
+			read_round();
+		}
+
+		pump();
+		collect();
+		record_round();
+		if (want_more())
+		{
+			read_now = true;
+			continue;
+		}
+
+		if (in_flight > 0)
+		{
+			http_wait(IN_FLIGHT_WAIT_MS);
+			if (MyLatch->is_set)
+				read_now = true;
+		}
+		else
+		{
+			int			rc;
+
+			until_poll = outbox_poll_interval -
+				TimestampDifferenceMilliseconds(last_read, GetCurrentTimestamp());
+			rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						   Max(until_poll, 0), PG_WAIT_EXTENSION);
+			if (rc & WL_LATCH_SET)
+				read_now = true;
+		}
+	}
+}

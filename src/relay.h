@@ -1,0 +1,79 @@
+/*-------------------------------------------------------------------------
+ *
+ * relay.h
+ *	  The relay: a background worker that delivers committed events to
+ *	  their webhook endpoints.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef OUTBOX_RELAY_H
+#define OUTBOX_RELAY_H
+
+#include "datatype/timestamp.h"
+#include "utils/uuid.h"
+
+#include "http.h"
+#include "policy.h"
+#include "sign.h"
+
+/* An endpoint as the relay knows it; refreshed from SQL each read round. */
+typedef struct RelayEndpoint
+{
+	int			id;				/* hash key */
+	bool		seen;			/* present in the latest load */
+	bool		active;			/* not paused, not disabled */
+	char	   *name;
+	char	   *url;
+	char	   *headers;		/* "name: value\n" lines, endpoint's own */
+	uint8		key[OUTBOX_KEY_MAX];
+	int			keylen;
+	uint8		old_key[OUTBOX_KEY_MAX];
+	int			old_keylen;		/* 0: no rotation under way */
+	long		timeout_ms;
+	int			max_attempts;
+	bool		ordered;
+	struct Batch *page;			/* page of new events in flight, or NULL */
+	struct Batch *due;			/* due retries in flight, or NULL */
+	bool		more;			/* the last page was full: read again soon */
+} RelayEndpoint;
+
+/* One event on its way to one endpoint. */
+typedef struct Delivery
+{
+	struct Batch *batch;
+	int64		id;
+	pg_uuid_t	event_id;
+	char		event_id_str[UUID_LEN * 2 + 5];
+	int			attempt;		/* this attempt's number, 1-based */
+	bool		deferred;		/* deliver_at is later: not sent now */
+	TimestampTz deliver_at;
+	char	   *body;
+	char	  **event_headers;
+	int			n_event_headers;
+	const char *outcome;
+	TimestampTz next_at;
+	HttpRequest req;
+} Delivery;
+
+/* What the relay read for one endpoint at once: a page or due retries. */
+typedef struct Batch
+{
+	RelayEndpoint *ep;
+	MemoryContext cxt;
+	bool		is_page;
+	char	   *snap;			/* the page's batch snapshot (text) */
+	int64		last_id;
+	bool		batch_done;		/* the page ended the batch */
+	int			n;
+	int			next_submit;
+	int			pending;		/* submitted and not finished */
+	int			in_flight;
+	Delivery   *d;
+	const char *disable_reason;
+	dlist_node	node;			/* in the relay's list of batches */
+} Batch;
+
+extern void outbox_relay_register(void);
+extern PGDLLEXPORT void outbox_relay_main(Datum arg);
+
+#endif							/* OUTBOX_RELAY_H */

@@ -1,0 +1,397 @@
+/*-------------------------------------------------------------------------
+ *
+ * store.c
+ *	  Every SQL statement the relay runs: load endpoints, read a page of new
+ *	  events or the due retries of an endpoint, record a batch's outcomes.
+ *
+ * Callers hold an open transaction with SPI connected and a snapshot
+ * pushed (relay.c's bracket).  Plans are prepared once and kept; reading
+ * and recording are one statement each (see the relay internals in
+ * outbox--1.0.sql).  Results are copied into memory the caller names,
+ * since SPI's memory ends with SPI_finish().
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "commands/extension.h"
+#include "executor/spi.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/hsearch.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#include "store.h"
+
+static SPIPlanPtr endpoints_plan = NULL;
+static SPIPlanPtr page_plan = NULL;
+static SPIPlanPtr due_plan = NULL;
+static SPIPlanPtr record_plan = NULL;
+
+static SPIPlanPtr
+prepare(const char *sql, int nargs, Oid *types)
+{
+	SPIPlanPtr	plan = SPI_prepare(sql, nargs, types);
+
+	if (plan == NULL)
+		elog(ERROR, "SPI_prepare failed for \"%s\": %s", sql,
+			 SPI_result_code_string(SPI_result));
+	if (SPI_keepplan(plan) != 0)
+		elog(ERROR, "SPI_keepplan failed");
+	return plan;
+}
+
+/* Drop kept plans, e.g. after the extension went away. */
+void
+store_forget_plans(void)
+{
+	SPIPlanPtr *plans[] = {&endpoints_plan, &page_plan, &due_plan, &record_plan};
+
+	for (size_t i = 0; i < lengthof(plans); i++)
+	{
+		if (*plans[i] != NULL)
+			SPI_freeplan(*plans[i]);
+		*plans[i] = NULL;
+	}
+}
+
+/* Is the extension installed, and not being created or dropped by us? */
+bool
+store_extension_ready(void)
+{
+	return OidIsValid(get_extension_oid("outbox", true));
+}
+
+static char *
+col_text(HeapTuple tup, TupleDesc desc, int col)
+{
+	return SPI_getvalue(tup, desc, col);
+}
+
+static Datum
+col_datum(HeapTuple tup, TupleDesc desc, int col, bool *isnull)
+{
+	return SPI_getbinval(tup, desc, col, isnull);
+}
+
+/*
+ * Refresh the endpoint table from SQL.  Entries that disappeared and have
+ * nothing in flight are removed; those with something in flight stay
+ * inactive until it finishes.
+ */
+void
+store_load_endpoints(HTAB *endpoints, MemoryContext cxt)
+{
+	HASH_SEQ_STATUS seq;
+	RelayEndpoint *ep;
+	int			rc;
+
+	if (endpoints_plan == NULL)
+		endpoints_plan = prepare(
+								 "SELECT e.id, e.name, e.url, "
+								 "  array_to_string(outbox._header_lines(e.headers), E'\\n'), "
+								 "  (extract(epoch FROM e.timeout) * 1000)::bigint, e.max_attempts, e.ordered, "
+								 "  NOT e.paused AND e.disabled_at IS NULL, s.secret, "
+								 "  CASE WHEN s.previous_expires_at > now() THEN s.previous_secret END "
+								 "FROM outbox.endpoints e JOIN outbox.endpoint_secrets s ON s.endpoint_id = e.id",
+								 0, NULL);
+
+	rc = SPI_execute_plan(endpoints_plan, NULL, NULL, true, 0);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "loading endpoints failed: %s", SPI_result_code_string(rc));
+
+	hash_seq_init(&seq, endpoints);
+	while ((ep = hash_seq_search(&seq)) != NULL)
+		ep->seen = false;
+
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		bool		isnull;
+		bool		found;
+		int			id = DatumGetInt32(col_datum(tup, desc, 1, &isnull));
+		char	   *secret;
+		char	   *old_secret;
+		MemoryContext old;
+
+		ep = hash_search(endpoints, &id, HASH_ENTER, &found);
+		if (!found)
+		{
+			memset(((char *) ep) + sizeof(int), 0, sizeof(RelayEndpoint) - sizeof(int));
+		}
+		else
+		{
+			pfree(ep->name);
+			pfree(ep->url);
+			pfree(ep->headers);
+		}
+		old = MemoryContextSwitchTo(cxt);
+		ep->name = pstrdup(col_text(tup, desc, 2));
+		ep->url = pstrdup(col_text(tup, desc, 3));
+		ep->headers = pstrdup(col_text(tup, desc, 4));
+		MemoryContextSwitchTo(old);
+		ep->timeout_ms = DatumGetInt64(col_datum(tup, desc, 5, &isnull));
+		ep->max_attempts = DatumGetInt32(col_datum(tup, desc, 6, &isnull));
+		ep->ordered = DatumGetBool(col_datum(tup, desc, 7, &isnull));
+		ep->active = DatumGetBool(col_datum(tup, desc, 8, &isnull));
+		ep->seen = true;
+
+		secret = col_text(tup, desc, 9);
+		if (!outbox_secret_key(secret, strlen(secret), ep->key, &ep->keylen))
+		{
+			ereport(WARNING,
+					(errmsg("outbox endpoint \"%s\" has an invalid signing secret; not delivering to it",
+							ep->name)));
+			ep->active = false;
+		}
+		old_secret = col_text(tup, desc, 10);
+		ep->old_keylen = 0;
+		if (old_secret != NULL &&
+			!outbox_secret_key(old_secret, strlen(old_secret), ep->old_key, &ep->old_keylen))
+			ep->old_keylen = 0;
+	}
+
+	hash_seq_init(&seq, endpoints);
+	while ((ep = hash_seq_search(&seq)) != NULL)
+	{
+		if (ep->seen)
+			continue;
+		ep->active = false;
+		if (ep->page == NULL && ep->due == NULL)
+		{
+			pfree(ep->name);
+			pfree(ep->url);
+			pfree(ep->headers);
+			hash_search(endpoints, &ep->id, HASH_REMOVE, NULL);
+		}
+	}
+}
+
+static Batch *
+new_batch(RelayEndpoint *ep, bool is_page, int n, MemoryContext parent)
+{
+	MemoryContext cxt = AllocSetContextCreate(parent, "outbox batch", ALLOCSET_DEFAULT_SIZES);
+	Batch	   *b = MemoryContextAllocZero(cxt, sizeof(Batch));
+
+	b->ep = ep;
+	b->cxt = cxt;
+	b->is_page = is_page;
+	b->n = n;
+	b->d = MemoryContextAllocZero(cxt, sizeof(Delivery) * n);
+	return b;
+}
+
+/* Copy a text[] of header lines into the delivery. */
+static void
+copy_header_lines(Delivery *d, Datum arr)
+{
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n;
+
+	deconstruct_array(DatumGetArrayTypeP(arr), TEXTOID, -1, false, TYPALIGN_INT,
+					  &elems, &nulls, &n);
+	d->n_event_headers = n;
+	d->event_headers = n ? palloc(sizeof(char *) * n) : NULL;
+	for (int i = 0; i < n; i++)
+		d->event_headers[i] = TextDatumGetCString(elems[i]);
+}
+
+/*
+ * The next page of new events for ep, or NULL when there is none.  The
+ * batch lives in a new memory context under parent.
+ */
+Batch *
+store_read_page(RelayEndpoint *ep, int limit, MemoryContext parent)
+{
+	Datum		args[2];
+	int			rc;
+	Batch	   *b;
+	MemoryContext old;
+
+	if (page_plan == NULL)
+	{
+		Oid			types[2] = {INT4OID, INT4OID};
+
+		page_plan = prepare("SELECT id, event_id, deliver_at, key, body, header_lines, batch "
+							"FROM outbox._read_page($1, $2)", 2, types);
+	}
+	args[0] = Int32GetDatum(ep->id);
+	args[1] = Int32GetDatum(limit);
+	rc = SPI_execute_plan(page_plan, args, NULL, false, 0);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "reading events failed: %s", SPI_result_code_string(rc));
+	if (SPI_processed == 0)
+		return NULL;
+
+	b = new_batch(ep, true, (int) SPI_processed, parent);
+	old = MemoryContextSwitchTo(b->cxt);
+	for (int i = 0; i < b->n; i++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		Delivery   *d = &b->d[i];
+		bool		isnull;
+		Datum		v;
+
+		d->batch = b;
+		d->id = DatumGetInt64(col_datum(tup, desc, 1, &isnull));
+		memcpy(&d->event_id, DatumGetUUIDP(col_datum(tup, desc, 2, &isnull)), sizeof(pg_uuid_t));
+		v = col_datum(tup, desc, 3, &isnull);
+		d->deliver_at = isnull ? 0 : DatumGetTimestampTz(v);
+		d->deferred = !isnull && d->deliver_at > GetCurrentTimestamp();
+		d->attempt = d->deferred ? 0 : 1;
+		d->body = TextDatumGetCString(col_datum(tup, desc, 5, &isnull));
+		copy_header_lines(d, col_datum(tup, desc, 6, &isnull));
+		if (i == 0)
+			b->snap = col_text(tup, desc, 7);
+	}
+	b->last_id = b->d[b->n - 1].id;
+	b->batch_done = b->n < limit;
+	MemoryContextSwitchTo(old);
+	return b;
+}
+
+/* The due retries of ep, or NULL when none is due. */
+Batch *
+store_read_due(RelayEndpoint *ep, int limit, MemoryContext parent)
+{
+	Datum		args[2];
+	int			rc;
+	Batch	   *b;
+	MemoryContext old;
+
+	if (due_plan == NULL)
+	{
+		Oid			types[2] = {INT4OID, INT4OID};
+
+		due_plan = prepare("SELECT id, event_id, attempts, key, body, header_lines "
+						   "FROM outbox._read_due($1, $2)", 2, types);
+	}
+	args[0] = Int32GetDatum(ep->id);
+	args[1] = Int32GetDatum(limit);
+	rc = SPI_execute_plan(due_plan, args, NULL, true, 0);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "reading due retries failed: %s", SPI_result_code_string(rc));
+	if (SPI_processed == 0)
+		return NULL;
+
+	b = new_batch(ep, false, (int) SPI_processed, parent);
+	old = MemoryContextSwitchTo(b->cxt);
+	for (int i = 0; i < b->n; i++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		Delivery   *d = &b->d[i];
+		bool		isnull;
+
+		d->batch = b;
+		d->id = DatumGetInt64(col_datum(tup, desc, 1, &isnull));
+		memcpy(&d->event_id, DatumGetUUIDP(col_datum(tup, desc, 2, &isnull)), sizeof(pg_uuid_t));
+		d->attempt = DatumGetInt32(col_datum(tup, desc, 3, &isnull)) + 1;
+		d->body = TextDatumGetCString(col_datum(tup, desc, 5, &isnull));
+		copy_header_lines(d, col_datum(tup, desc, 6, &isnull));
+	}
+	MemoryContextSwitchTo(old);
+	return b;
+}
+
+static Datum
+build_array(Datum *values, bool *nulls, int n, Oid type)
+{
+	int			dims[1] = {n};
+	int			lbs[1] = {1};
+	int16		typlen;
+	bool		typbyval;
+	char		typalign;
+
+	get_typlenbyvalalign(type, &typlen, &typbyval, &typalign);
+	return PointerGetDatum(construct_md_array(values, nulls, 1, dims, lbs,
+											  type, typlen, typbyval, typalign));
+}
+
+/* Record every outcome of a finished batch in one statement. */
+void
+store_record(Batch *b)
+{
+	int			n = b->n;
+	Datum		args[14];
+	char		argnulls[14];
+	Datum	   *ids = palloc(sizeof(Datum) * n);
+	Datum	   *event_ids = palloc(sizeof(Datum) * n);
+	Datum	   *attempts = palloc(sizeof(Datum) * n);
+	Datum	   *outcomes = palloc(sizeof(Datum) * n);
+	Datum	   *next_ats = palloc(sizeof(Datum) * n);
+	bool	   *next_nulls = palloc(sizeof(bool) * n);
+	Datum	   *statuses = palloc(sizeof(Datum) * n);
+	bool	   *status_nulls = palloc(sizeof(bool) * n);
+	Datum	   *errors = palloc(sizeof(Datum) * n);
+	bool	   *error_nulls = palloc(sizeof(bool) * n);
+	Datum	   *durations = palloc(sizeof(Datum) * n);
+	bool	   *duration_nulls = palloc(sizeof(bool) * n);
+	Datum	   *responses = palloc(sizeof(Datum) * n);
+	bool	   *response_nulls = palloc(sizeof(bool) * n);
+	int			rc;
+
+	if (record_plan == NULL)
+	{
+		Oid			types[14] = {INT4OID, TEXTOID, INT8OID, BOOLOID,
+			INT8ARRAYOID, UUIDARRAYOID, INT4ARRAYOID, TEXTARRAYOID,
+			TIMESTAMPTZARRAYOID, INT4ARRAYOID, TEXTARRAYOID,
+		FLOAT4ARRAYOID, TEXTARRAYOID, TEXTOID};
+
+		record_plan = prepare("SELECT outbox._record($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
+							  14, types);
+	}
+
+	for (int i = 0; i < n; i++)
+	{
+		Delivery   *d = &b->d[i];
+		bool		sent = !d->deferred;
+
+		ids[i] = Int64GetDatum(d->id);
+		event_ids[i] = UUIDPGetDatum(&d->event_id);
+		attempts[i] = Int32GetDatum(d->attempt);
+		outcomes[i] = CStringGetTextDatum(d->outcome);
+		next_nulls[i] = d->next_at == 0;
+		next_ats[i] = TimestampTzGetDatum(d->next_at);
+		status_nulls[i] = !sent || d->req.status == 0;
+		statuses[i] = Int32GetDatum((int32) d->req.status);
+		error_nulls[i] = !sent || d->req.error[0] == '\0';
+		errors[i] = error_nulls[i] ? (Datum) 0 : CStringGetTextDatum(d->req.error);
+		duration_nulls[i] = !sent;
+		durations[i] = Float4GetDatum((float4) d->req.duration_ms);
+		response_nulls[i] = !sent || d->req.response_len == 0;
+		responses[i] = response_nulls[i] ? (Datum) 0 :
+			PointerGetDatum(cstring_to_text_with_len(d->req.response, d->req.response_len));
+	}
+
+	args[0] = Int32GetDatum(b->ep->id);
+	args[1] = b->snap ? CStringGetTextDatum(b->snap) : (Datum) 0;
+	args[2] = Int64GetDatum(b->last_id);
+	args[3] = BoolGetDatum(b->batch_done);
+	args[4] = build_array(ids, NULL, n, INT8OID);
+	args[5] = build_array(event_ids, NULL, n, UUIDOID);
+	args[6] = build_array(attempts, NULL, n, INT4OID);
+	args[7] = build_array(outcomes, NULL, n, TEXTOID);
+	args[8] = build_array(next_ats, next_nulls, n, TIMESTAMPTZOID);
+	args[9] = build_array(statuses, status_nulls, n, INT4OID);
+	args[10] = build_array(errors, error_nulls, n, TEXTOID);
+	args[11] = build_array(durations, duration_nulls, n, FLOAT4OID);
+	args[12] = build_array(responses, response_nulls, n, TEXTOID);
+	args[13] = b->disable_reason ? CStringGetTextDatum(b->disable_reason) : (Datum) 0;
+	for (int i = 0; i < 14; i++)
+		argnulls[i] = ' ';
+	if (b->snap == NULL || !b->is_page)
+		argnulls[1] = 'n';
+	if (b->disable_reason == NULL)
+		argnulls[13] = 'n';
+
+	rc = SPI_execute_plan(record_plan, args, argnulls, false, 0);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "recording outcomes failed: %s", SPI_result_code_string(rc));
+}

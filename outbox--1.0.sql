@@ -85,12 +85,20 @@ CREATE TABLE outbox.endpoints (
     disabled_at     timestamptz,
     disabled_reason text,
     created_at      timestamptz NOT NULL DEFAULT now(),
-    updated_at      timestamptz NOT NULL DEFAULT now()
+    updated_at      timestamptz NOT NULL DEFAULT now(),
+    -- Delivery health, updated by the relay once per recorded batch.
+    last_success_at      timestamptz,
+    last_failure_at      timestamptz,
+    last_failure_status  integer,
+    last_failure_error   text,
+    consecutive_failures integer NOT NULL DEFAULT 0,
+    failing_since        timestamptz
 );
 COMMENT ON TABLE outbox.endpoints IS 'webhook endpoints and what they subscribe to; change through the endpoint functions';
 COMMENT ON COLUMN outbox.endpoints.event_types IS 'patterns: exact type, "*", or a prefix ending in "*" (e.g. "booking.*")';
 COMMENT ON COLUMN outbox.endpoints.ordered IS 'deliver events of one key one after another';
 COMMENT ON COLUMN outbox.endpoints.paused IS 'set by pause_endpoint(); events wait';
+COMMENT ON COLUMN outbox.endpoints.failing_since IS 'first failure since the last success; the relay disables the endpoint when it is older than outbox.disable_after';
 COMMENT ON COLUMN outbox.endpoints.disabled_at IS 'set when the relay disabled the endpoint (see disabled_reason); events wait';
 
 -- Secrets are kept apart so that endpoints can be shown to a monitoring role
@@ -142,6 +150,7 @@ CREATE TABLE outbox.retries (
     endpoint_id integer NOT NULL REFERENCES outbox.endpoints (id) ON DELETE CASCADE,
     id          bigint NOT NULL,
     event_id    uuid NOT NULL,
+    key         text,
     attempts    integer NOT NULL,
     next_at     timestamptz NOT NULL,
     last_status integer,
@@ -150,7 +159,9 @@ CREATE TABLE outbox.retries (
     PRIMARY KEY (endpoint_id, id)
 );
 CREATE INDEX retries_due_idx ON outbox.retries (endpoint_id, next_at);
-COMMENT ON TABLE outbox.retries IS 'events owed to an endpoint again at next_at: failed attempts and events with a later deliver_at';
+CREATE INDEX retries_key_idx ON outbox.retries (endpoint_id, key, id) WHERE key IS NOT NULL;
+COMMENT ON TABLE outbox.retries IS 'events owed to an endpoint again at next_at: failed attempts, events with a later deliver_at, and on ordered endpoints events waiting behind an earlier one of their key';
+COMMENT ON COLUMN outbox.retries.attempts IS 'attempts made so far (0: not sent yet)';
 
 -- Events given up on for an endpoint.  The event itself is copied so that a
 -- dead letter outlives the rotation of its events partition.
@@ -573,10 +584,212 @@ AS 'MODULE_PATHNAME', 'verify_signature';
 COMMENT ON FUNCTION outbox.verify_signature(text, text, bigint, text, text, interval) IS
     'check a Standard Webhooks request: true when a v1 signature in the webhook-signature header matches and the timestamp is within tolerance of now';
 
+CREATE FUNCTION outbox.rotate_secret(name text, new_secret text DEFAULT NULL) RETURNS text
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    eid integer := outbox._endpoint_id(name);
+    the_secret text := CASE WHEN new_secret IS NULL THEN outbox._new_secret()
+                            ELSE outbox._check_secret(new_secret) END;
+BEGIN
+    UPDATE outbox.endpoint_secrets
+       SET previous_secret = secret,
+           previous_expires_at = now() + outbox._setting_interval('outbox.secret_overlap', '24 hours'),
+           secret = the_secret
+     WHERE endpoint_id = eid;
+    RETURN the_secret;
+END
+$$;
+COMMENT ON FUNCTION outbox.rotate_secret(text, text) IS
+    'give an endpoint a new signing secret; requests carry signatures by both the new and the previous one for outbox.secret_overlap';
+
+CREATE FUNCTION outbox.retry_dead(endpoint text DEFAULT NULL) RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    eid integer := CASE WHEN endpoint IS NULL THEN NULL ELSE outbox._endpoint_id(endpoint) END;
+    n bigint;
+BEGIN
+    WITH moved AS (
+        DELETE FROM outbox.dead_letter_log d
+         WHERE (eid IS NULL OR d.endpoint_id = eid)
+           AND EXISTS (SELECT 1 FROM outbox.events e WHERE e.id = d.id)
+        RETURNING d.endpoint_id, d.id, d.event_id, d.key
+    )
+    INSERT INTO outbox.retries (endpoint_id, id, event_id, key, attempts, next_at)
+    SELECT m.endpoint_id, m.id, m.event_id, m.key, 0, now() FROM moved m
+    ON CONFLICT (endpoint_id, id) DO NOTHING;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END
+$$;
+COMMENT ON FUNCTION outbox.retry_dead(text) IS
+    'deliver dead letters again (of one endpoint, or of all when NULL), with a fresh count of attempts; returns how many';
+
+CREATE FUNCTION outbox.replay(endpoint text, since timestamptz, until timestamptz DEFAULT now()) RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    eid integer := outbox._endpoint_id(endpoint);
+    pats text[];
+    n bigint;
+BEGIN
+    IF since IS NULL OR until IS NULL THEN
+        RAISE EXCEPTION 'since and until must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF since > until THEN
+        RAISE EXCEPTION 'since must not be later than until' USING ERRCODE = '22023';
+    END IF;
+    SELECT outbox._like_patterns(ep.event_types) INTO pats FROM outbox.endpoints ep WHERE ep.id = eid;
+    INSERT INTO outbox.retries (endpoint_id, id, event_id, key, attempts, next_at)
+    SELECT eid, e.id, e.event_id, e.key, 0, now()
+      FROM outbox.events e
+     WHERE e.created_at >= since AND e.created_at < until
+       AND e.event_type LIKE ANY (pats)
+    ON CONFLICT (endpoint_id, id) DO NOTHING;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END
+$$;
+COMMENT ON FUNCTION outbox.replay(text, timestamptz, timestamptz) IS
+    'deliver again the retained events emitted in [since, until) that the endpoint subscribes to; returns how many';
+
+----------------------------------------------------------------------------
+-- What operators see
+----------------------------------------------------------------------------
+
+-- Events an endpoint is owed that its position has not passed yet.
+CREATE FUNCTION outbox._unread(eid integer)
+RETURNS TABLE (n bigint, oldest timestamptz)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT count(*), min(e.created_at)
+      FROM outbox.positions p
+      JOIN outbox.endpoints ep ON ep.id = p.endpoint_id
+      JOIN outbox.events e
+        ON e.txid >= pg_snapshot_xmin(p.snap)
+       AND NOT pg_visible_in_snapshot(e.txid, p.snap)
+       AND pg_visible_in_snapshot(e.txid, pg_current_snapshot())
+       AND (p.next_snap IS NULL OR e.id > p.after_id
+            OR NOT pg_visible_in_snapshot(e.txid, p.next_snap))
+       AND e.event_type LIKE ANY (outbox._like_patterns(ep.event_types))
+     WHERE p.endpoint_id = eid
+$$;
+COMMENT ON FUNCTION outbox._unread(integer) IS 'internal: count and oldest of the events an endpoint''s position has not passed';
+
+CREATE VIEW outbox.endpoint_status AS
+SELECT ep.name,
+       CASE WHEN ep.disabled_at IS NOT NULL THEN 'disabled'
+            WHEN ep.paused THEN 'paused'
+            ELSE 'active' END AS state,
+       CASE WHEN ep.disabled_at IS NOT NULL THEN ep.disabled_reason
+            WHEN ep.paused THEN 'paused by pause_endpoint()' END AS state_reason,
+       ep.disabled_at,
+       u.n + coalesce(r.n, 0) AS events_waiting,
+       now() - least(u.oldest, r.oldest) AS oldest_waiting_age,
+       coalesce(r.failed, 0) AS in_retry,
+       (SELECT count(*) FROM outbox.dead_letter_log d WHERE d.endpoint_id = ep.id) AS dead,
+       ep.last_success_at,
+       ep.last_failure_at,
+       ep.last_failure_status,
+       ep.last_failure_error,
+       ep.consecutive_failures,
+       ep.url,
+       ep.event_types,
+       ep.ordered
+  FROM outbox.endpoints ep
+  CROSS JOIN LATERAL outbox._unread(ep.id) u
+  LEFT JOIN LATERAL (
+        SELECT count(*) AS n, count(*) FILTER (WHERE rr.attempts > 0) AS failed,
+               min(e.created_at) AS oldest
+          FROM outbox.retries rr JOIN outbox.events e ON e.id = rr.id
+         WHERE rr.endpoint_id = ep.id) r ON true;
+COMMENT ON VIEW outbox.endpoint_status IS
+    'one row per endpoint: state and why, events waiting and the age of the oldest, in retry, dead, last success and failure';
+
+CREATE VIEW outbox.backlog AS
+WITH waiting AS (
+    SELECT u.n, u.oldest FROM outbox.endpoints ep CROSS JOIN LATERAL outbox._unread(ep.id) u
+    UNION ALL
+    SELECT 1, e.created_at FROM outbox.retries r JOIN outbox.events e ON e.id = r.id
+)
+SELECT (SELECT coalesce(sum(n), 0)::bigint FROM waiting) AS deliveries_waiting,
+       (SELECT now() - min(oldest) FROM waiting) AS oldest_age,
+       (SELECT count(*) FROM outbox.events e WHERE e.created_at > now() - interval '1 minute') AS emitted_last_minute,
+       (SELECT count(*) FROM outbox.attempt_log a
+         WHERE a.at > now() - interval '1 minute' AND a.status BETWEEN 200 AND 299) AS delivered_last_minute;
+COMMENT ON VIEW outbox.backlog IS
+    'deliveries not yet made (an event owed to two endpoints counts twice), the age of the oldest, and the flow of the last minute';
+
+CREATE VIEW outbox.attempts AS
+SELECT a.event_id, ep.name AS endpoint, a.attempt, a.at, a.duration_ms, a.status, a.error,
+       a.response, e.event_type
+  FROM outbox.attempt_log a
+  LEFT JOIN outbox.endpoints ep ON ep.id = a.endpoint_id
+  LEFT JOIN outbox.events e ON e.id = a.id;
+COMMENT ON VIEW outbox.attempts IS
+    'every delivery attempt: event, endpoint, attempt number, time, duration, status, error and the first bytes of the response';
+
+CREATE VIEW outbox.dead_letters AS
+SELECT d.event_id, ep.name AS endpoint, d.event_type, d.key, d.attempts, d.last_status,
+       d.last_error, d.dead_at, d.created_at AS emitted_at, d.payload
+  FROM outbox.dead_letter_log d
+  JOIN outbox.endpoints ep ON ep.id = d.endpoint_id;
+COMMENT ON VIEW outbox.dead_letters IS 'events given up on per endpoint; outbox.retry_dead() sends them again';
+
+CREATE FUNCTION outbox.health()
+RETURNS TABLE (check_name text, status text, detail text)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT 'relay running',
+           CASE WHEN EXISTS (SELECT 1 FROM pg_stat_activity
+                              WHERE backend_type = 'outbox relay' AND datname = current_database())
+                THEN 'ok' ELSE 'warning' END,
+           CASE WHEN EXISTS (SELECT 1 FROM pg_stat_activity
+                              WHERE backend_type = 'outbox relay' AND datname = current_database())
+                THEN 'a relay serves this database'
+                ELSE 'no relay serves this database: is outbox in shared_preload_libraries and outbox.database set to it?' END
+    UNION ALL
+    SELECT 'oldest undelivered',
+           CASE WHEN coalesce(b.oldest_age, '0') > outbox._setting_interval('outbox.alert_after', '30 seconds')
+                THEN 'warning' ELSE 'ok' END,
+           format('%s deliveries waiting, oldest %s old (alert after %s)', b.deliveries_waiting,
+                  coalesce(date_trunc('second', b.oldest_age)::text, '-'),
+                  outbox._setting_interval('outbox.alert_after', '30 seconds'))
+      FROM outbox.backlog b
+    UNION ALL
+    SELECT 'dead letters',
+           CASE WHEN n > 0 THEN 'warning' ELSE 'ok' END,
+           format('%s dead letters', n)
+      FROM (SELECT count(*) AS n FROM outbox.dead_letter_log) d
+    UNION ALL
+    SELECT 'endpoints disabled',
+           CASE WHEN n > 0 THEN 'warning' ELSE 'ok' END,
+           CASE WHEN n > 0 THEN format('%s disabled: %s', n, names) ELSE 'none disabled' END
+      FROM (SELECT count(*) AS n, string_agg(name, ', ' ORDER BY name) AS names
+              FROM outbox.endpoints WHERE disabled_at IS NOT NULL) x
+$$;
+COMMENT ON FUNCTION outbox.health() IS 'one row per check (relay running, oldest undelivered, dead letters, endpoints disabled) with ok or warning';
+
 ----------------------------------------------------------------------------
 -- Relay internals: what the background worker reads and records.  Each is
 -- one statement from the worker's point of view; none is granted to anyone.
 ----------------------------------------------------------------------------
+
+-- A duration GUC (such as "5d" or "30s") as an interval; the default when
+-- the library is not loaded in this session.
+CREATE FUNCTION outbox._setting_interval(name text, fallback interval) RETURNS interval
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce(nullif(current_setting(name, true), '')::interval, fallback)
+$$;
+COMMENT ON FUNCTION outbox._setting_interval(text, interval) IS 'internal: a duration setting as an interval';
 
 -- Endpoint event-type patterns as LIKE patterns ("_" is literal in types).
 CREATE FUNCTION outbox._like_patterns(patterns text[]) RETURNS text[]
@@ -614,7 +827,7 @@ COMMENT ON FUNCTION outbox._header_lines(jsonb) IS 'internal: a header object as
 -- advances after_id when it records the page.
 CREATE FUNCTION outbox._read_page(eid integer, lim integer)
 RETURNS TABLE (id bigint, event_id uuid, deliver_at timestamptz, key text,
-               body text, header_lines text[], batch text)
+               body text, header_lines text[], batch text, blocked boolean)
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -623,8 +836,10 @@ DECLARE
     nxt  pg_snapshot;
     lo   bigint;
     pats text[];
+    is_ordered boolean;
 BEGIN
-    SELECT outbox._like_patterns(ep.event_types) INTO pats FROM outbox.endpoints ep WHERE ep.id = eid;
+    SELECT outbox._like_patterns(ep.event_types), ep.ordered INTO pats, is_ordered
+      FROM outbox.endpoints ep WHERE ep.id = eid;
     -- At most twice: an open batch found empty is closed, then a new one
     -- is opened from the current snapshot.
     FOR attempt IN 1..2 LOOP
@@ -655,7 +870,12 @@ BEGIN
         RETURN QUERY
             SELECT e.id, e.event_id, e.deliver_at, e.key,
                    outbox._body(e.event_type, e.created_at, e.payload),
-                   outbox._header_lines(e.headers), pos.next_snap::text
+                   outbox._header_lines(e.headers), pos.next_snap::text,
+                   -- On an ordered endpoint an event waits behind any
+                   -- earlier event of its key that is still owed.
+                   is_ordered AND e.key IS NOT NULL
+                       AND EXISTS (SELECT 1 FROM outbox.retries r
+                                    WHERE r.endpoint_id = eid AND r.key = e.key)
               FROM outbox.events e
              WHERE e.id > pos.after_id
                AND e.txid >= pg_snapshot_xmin(pos.snap) AND e.txid < pg_snapshot_xmax(pos.next_snap)
@@ -686,8 +906,13 @@ AS $$
            outbox._body(e.event_type, e.created_at, e.payload),
            outbox._header_lines(e.headers)
       FROM outbox.retries r
+      JOIN outbox.endpoints ep ON ep.id = r.endpoint_id
       JOIN outbox.events e ON e.id = r.id
      WHERE r.endpoint_id = eid AND r.next_at <= now()
+       -- ordered: only the oldest owed event of a key is sent
+       AND NOT (ep.ordered AND r.key IS NOT NULL
+                AND EXISTS (SELECT 1 FROM outbox.retries r2
+                             WHERE r2.endpoint_id = r.endpoint_id AND r2.key = r.key AND r2.id < r.id))
      ORDER BY r.next_at, r.id
      LIMIT lim
 $$;
@@ -712,10 +937,12 @@ BEGIN
       FROM unnest(ids, event_ids, attempts, outcomes, next_ats, statuses, errors, durations, responses)
                 AS o(id, event_id, attempt, outcome, next_at, status, error, duration_ms, response) WHERE o.outcome <> 'deferred';
 
-    INSERT INTO outbox.retries AS r (endpoint_id, id, event_id, attempts, next_at, last_status, last_error)
-    SELECT eid, o.id, o.event_id, o.attempt, o.next_at, o.status, o.error
+    INSERT INTO outbox.retries AS r (endpoint_id, id, event_id, key, attempts, next_at, last_status, last_error)
+    SELECT eid, o.id, o.event_id, e.key, o.attempt, o.next_at, o.status, o.error
       FROM unnest(ids, event_ids, attempts, outcomes, next_ats, statuses, errors, durations, responses)
-                AS o(id, event_id, attempt, outcome, next_at, status, error, duration_ms, response) WHERE o.outcome IN ('retry', 'deferred')
+                AS o(id, event_id, attempt, outcome, next_at, status, error, duration_ms, response)
+      JOIN outbox.events e ON e.id = o.id
+     WHERE o.outcome IN ('retry', 'deferred')
     ON CONFLICT (endpoint_id, id) DO UPDATE
        SET attempts = EXCLUDED.attempts, next_at = EXCLUDED.next_at,
            last_status = EXCLUDED.last_status, last_error = EXCLUDED.last_error;
@@ -747,11 +974,40 @@ BEGIN
         END IF;
     END IF;
 
-    IF disable_reason IS NOT NULL THEN
-        UPDATE outbox.endpoints
-           SET disabled_at = now(), disabled_reason = disable_reason, updated_at = now()
-         WHERE id = eid AND disabled_at IS NULL;
-    END IF;
+    -- Endpoint health: one row update per batch, from the attempts made.
+    WITH a AS (
+        SELECT o.outcome, o.status, o.error, o.n
+          FROM unnest(outcomes, statuses, errors) WITH ORDINALITY AS o(outcome, status, error, n)
+         WHERE o.outcome <> 'deferred'
+    ), s AS (
+        SELECT max(n) FILTER (WHERE outcome = 'delivered') AS last_ok,
+               count(*) FILTER (WHERE outcome <> 'delivered') AS fails,
+               max(n) FILTER (WHERE outcome <> 'delivered') AS last_fail
+          FROM a
+    )
+    UPDATE outbox.endpoints ep
+       SET last_success_at = CASE WHEN s.last_ok IS NOT NULL THEN now() ELSE ep.last_success_at END,
+           last_failure_at = CASE WHEN s.fails > 0 THEN now() ELSE ep.last_failure_at END,
+           last_failure_status = CASE WHEN s.fails > 0 THEN (SELECT a.status FROM a WHERE a.n = s.last_fail)
+                                      ELSE ep.last_failure_status END,
+           last_failure_error = CASE WHEN s.fails > 0 THEN (SELECT a.error FROM a WHERE a.n = s.last_fail)
+                                     ELSE ep.last_failure_error END,
+           consecutive_failures = CASE WHEN s.last_ok IS NULL THEN ep.consecutive_failures + s.fails
+                                       ELSE (SELECT count(*) FROM a WHERE a.n > s.last_ok AND a.outcome <> 'delivered') END,
+           failing_since = CASE WHEN s.last_ok IS NOT NULL AND coalesce(s.last_fail < s.last_ok, true) THEN NULL
+                                WHEN s.fails > 0 THEN coalesce(ep.failing_since, now())
+                                ELSE ep.failing_since END
+      FROM s
+     WHERE ep.id = eid AND (s.last_ok IS NOT NULL OR s.fails > 0);
+
+    UPDATE outbox.endpoints ep
+       SET disabled_at = now(), updated_at = now(),
+           disabled_reason = coalesce(disable_reason,
+                                      format('no successful delivery since %s (outbox.disable_after is %s)',
+                                             ep.failing_since, outbox._setting_interval('outbox.disable_after', '5 days')))
+     WHERE ep.id = eid AND ep.disabled_at IS NULL
+       AND (disable_reason IS NOT NULL
+            OR ep.failing_since < now() - outbox._setting_interval('outbox.disable_after', '5 days'));
 END
 $$;
 COMMENT ON FUNCTION outbox._record(integer, text, bigint, boolean, bigint[], uuid[], integer[], text[], timestamptz[], integer[], text[], real[], text[], text) IS

@@ -12,6 +12,8 @@
  */
 #include "postgres.h"
 
+#include <limits.h>
+
 #include "utils/guc.h"
 #include "utils/memutils.h"
 
@@ -25,6 +27,9 @@ int			outbox_endpoint_concurrency = 32;
 int			outbox_batch_size = 500;
 char	   *outbox_retry_schedule = NULL;
 RetrySchedule outbox_schedule;
+int			outbox_disable_after = 5 * 86400;
+int			outbox_secret_overlap = 86400;
+int			outbox_alert_after = 30;
 
 static bool
 check_retry_schedule(char **newval, void **extra, GucSource source)
@@ -108,6 +113,31 @@ outbox_guc_init(void)
 							   "5s,5min,30min,2h,5h,10h,10h",
 							   PGC_SIGHUP, 0,
 							   check_retry_schedule, assign_retry_schedule, NULL);
+
+	/* The next three are read in SQL through current_setting(). */
+	DefineCustomIntVariable("outbox.disable_after",
+							"Disable an endpoint that has had no successful delivery for this long.",
+							"Counted from its first failure after the last success.",
+							&outbox_disable_after,
+							5 * 86400, 1, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("outbox.secret_overlap",
+							"How long rotate_secret() keeps signing with the previous secret too.",
+							NULL,
+							&outbox_secret_overlap,
+							86400, 0, INT_MAX,
+							PGC_SUSET, GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("outbox.alert_after",
+							"Age of the oldest undelivered event at which outbox.health() warns.",
+							NULL,
+							&outbox_alert_after,
+							30, 1, INT_MAX,
+							PGC_USERSET, GUC_UNIT_S,
+							NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("outbox");
 }

@@ -18,6 +18,9 @@ extern int	outbox_endpoint_concurrency;
 extern int	outbox_batch_size;
 extern char *outbox_retry_schedule;
 extern RetrySchedule outbox_schedule;
+extern int	outbox_disable_after;
+extern int	outbox_secret_overlap;
+extern int	outbox_alert_after;
 
 extern void outbox_guc_init(void);
 

@@ -124,12 +124,19 @@ recover(MemoryContext cxt)
 	pgstat_report_activity(STATE_IDLE, NULL);
 }
 
-/* Outcome of a delivery that was not sent because deliver_at is later. */
+/*
+ * Settle a delivery without sending it: it goes to the retry table, due at
+ * next_at (its deliver_at, or now for one waiting behind its key).
+ */
 static void
-defer(Delivery *d)
+defer(Delivery *d, TimestampTz next_at)
 {
+	d->deferred = true;
+	d->attempt = 0;
 	d->outcome = "deferred";
-	d->next_at = d->deliver_at;
+	d->next_at = next_at;
+	d->state = DELIVERY_DONE;
+	d->batch->pending--;
 }
 
 /*
@@ -197,13 +204,12 @@ read_round(void)
 	{
 		Batch	   *b = dlist_container(Batch, node, dlist_pop_head_node(&unconfirmed));
 
-		b->pending = 0;
+		b->pending = b->n;
 		for (int i = 0; i < b->n; i++)
 		{
+			b->d[i].state = DELIVERY_WAITING;
 			if (b->d[i].deferred)
-				defer(&b->d[i]);
-			else
-				b->pending++;
+				defer(&b->d[i], b->d[i].deliver_at);
 		}
 		dlist_push_tail(&active, &b->node);
 	}
@@ -284,7 +290,12 @@ submit(Delivery *d)
 	in_flight++;
 }
 
-/* Submit what the concurrency limits allow, oldest batch first. */
+/*
+ * Submit what the concurrency limits allow, oldest batch first.  On an
+ * ordered endpoint a delivery waits for the previous one of its key in the
+ * batch: sent once that one was delivered or dead-lettered, deferred
+ * behind it when that one is to be retried.
+ */
 static void
 pump(void)
 {
@@ -293,19 +304,44 @@ pump(void)
 	dlist_foreach(iter, &active)
 	{
 		Batch	   *b = dlist_container(Batch, node, iter.cur);
+		bool		all_settled = true;
 
-		while (b->next_submit < b->n && in_flight < outbox_max_concurrency &&
-			   b->in_flight < outbox_endpoint_concurrency)
+		for (int i = b->next_submit; i < b->n; i++)
 		{
-			Delivery   *d = &b->d[b->next_submit++];
+			Delivery   *d = &b->d[i];
 			MemoryContext old;
 
-			if (d->deferred)
+			if (d->state != DELIVERY_WAITING)
 				continue;
+			if (d->prev_same_key >= 0)
+			{
+				Delivery   *prev = &b->d[d->prev_same_key];
+
+				if (prev->state != DELIVERY_DONE)
+				{
+					all_settled = false;
+					continue;
+				}
+				if (strcmp(prev->outcome, "delivered") != 0 && strcmp(prev->outcome, "dead") != 0)
+				{
+					defer(d, GetCurrentTimestamp());
+					continue;
+				}
+			}
+			if (in_flight >= outbox_max_concurrency || b->in_flight >= outbox_endpoint_concurrency)
+			{
+				all_settled = false;
+				break;
+			}
 			old = MemoryContextSwitchTo(b->cxt);
 			submit(d);
 			MemoryContextSwitchTo(old);
+			d->state = DELIVERY_SENT;
+			if (all_settled)
+				b->next_submit = i + 1;
 		}
+		if (all_settled)
+			b->next_submit = b->n;
 	}
 }
 
@@ -338,6 +374,7 @@ collect(void)
 			d->next_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), (int64) (wait * 1000.0));
 		}
 		d->outcome = policy_outcome_name(o);
+		d->state = DELIVERY_DONE;
 		b->pending--;
 		b->in_flight--;
 		in_flight--;
@@ -364,7 +401,7 @@ record_round(void)
 	{
 		Batch	   *b = dlist_container(Batch, node, iter.cur);
 
-		if (b->pending > 0 || b->next_submit < b->n)
+		if (b->pending > 0)
 			continue;
 		dlist_delete(iter.cur);
 		PG_TRY();
@@ -372,7 +409,11 @@ record_round(void)
 			begin_tx("outbox: recording outcomes");
 			store_record(b);
 			end_tx();
-			if (b->is_page && !b->batch_done)
+			/*
+			 * Read this endpoint again at once after a full page, and after
+			 * due retries, whose outcomes may have unblocked a key.
+			 */
+			if (!b->is_page || !b->batch_done)
 				b->ep->more = true;
 			ereport(DEBUG1,
 					(errmsg("outbox recorded %d deliveries to \"%s\"", b->n, b->ep->name)));
@@ -396,7 +437,7 @@ want_more(void)
 	hash_seq_init(&seq, endpoints);
 	while ((ep = hash_seq_search(&seq)) != NULL)
 	{
-		if (ep->more && ep->page == NULL)
+		if (ep->more && (ep->page == NULL || ep->due == NULL))
 			more = true;
 		ep->more = false;
 	}

@@ -37,16 +37,28 @@ typedef struct RelayEndpoint
 	bool		more;			/* the last page was full: read again soon */
 } RelayEndpoint;
 
+typedef enum DeliveryState
+{
+	DELIVERY_WAITING,			/* not sent yet */
+	DELIVERY_SENT,				/* request in flight */
+	DELIVERY_DONE				/* outcome known (or deferred) */
+} DeliveryState;
+
 /* One event on its way to one endpoint. */
 typedef struct Delivery
 {
 	struct Batch *batch;
+	DeliveryState state;
+	int			prev_same_key;	/* ordered endpoints: index of the previous
+								 * delivery of this key in the batch, or -1 */
 	int64		id;
 	pg_uuid_t	event_id;
 	char		event_id_str[UUID_LEN * 2 + 5];
 	int			attempt;		/* this attempt's number, 1-based */
-	bool		deferred;		/* deliver_at is later: not sent now */
+	bool		deferred;		/* not sent now: deliver_at is later, or an
+								 * earlier event of its key is still owed */
 	TimestampTz deliver_at;
+	char	   *key;
 	char	   *body;
 	char	  **event_headers;
 	int			n_event_headers;
@@ -65,8 +77,8 @@ typedef struct Batch
 	int64		last_id;
 	bool		batch_done;		/* the page ended the batch */
 	int			n;
-	int			next_submit;
-	int			pending;		/* submitted and not finished */
+	int			next_submit;	/* first delivery that may still wait */
+	int			pending;		/* deliveries without an outcome yet */
 	int			in_flight;
 	Delivery   *d;
 	const char *disable_reason;

@@ -202,6 +202,31 @@ copy_header_lines(Delivery *d, Datum arr)
 }
 
 /*
+ * On an ordered endpoint, chain each delivery to the previous one of its
+ * key in the batch, so that it is sent only after that one is done.
+ * Quadratic in the batch size (outbox.batch_size, 500 by default), which
+ * is small beside the HTTP work.
+ */
+static void
+link_same_key(Batch *b)
+{
+	for (int i = 0; i < b->n; i++)
+	{
+		Delivery   *d = &b->d[i];
+
+		d->prev_same_key = -1;
+		if (!b->ep->ordered || d->key == NULL)
+			continue;
+		for (int j = i - 1; j >= 0; j--)
+			if (b->d[j].key != NULL && strcmp(b->d[j].key, d->key) == 0)
+			{
+				d->prev_same_key = j;
+				break;
+			}
+	}
+}
+
+/*
  * The next page of new events for ep, or NULL when there is none.  The
  * batch lives in a new memory context under parent.
  */
@@ -217,7 +242,7 @@ store_read_page(RelayEndpoint *ep, int limit, MemoryContext parent)
 	{
 		Oid			types[2] = {INT4OID, INT4OID};
 
-		page_plan = prepare("SELECT id, event_id, deliver_at, key, body, header_lines, batch "
+		page_plan = prepare("SELECT id, event_id, deliver_at, key, body, header_lines, batch, blocked "
 							"FROM outbox._read_page($1, $2)", 2, types);
 	}
 	args[0] = Int32GetDatum(ep->id);
@@ -244,12 +269,19 @@ store_read_page(RelayEndpoint *ep, int limit, MemoryContext parent)
 		v = col_datum(tup, desc, 3, &isnull);
 		d->deliver_at = isnull ? 0 : DatumGetTimestampTz(v);
 		d->deferred = !isnull && d->deliver_at > GetCurrentTimestamp();
+		if (DatumGetBool(col_datum(tup, desc, 8, &isnull)))
+		{
+			d->deferred = true;
+			d->deliver_at = GetCurrentTimestamp();
+		}
 		d->attempt = d->deferred ? 0 : 1;
 		d->body = TextDatumGetCString(col_datum(tup, desc, 5, &isnull));
 		copy_header_lines(d, col_datum(tup, desc, 6, &isnull));
 		if (i == 0)
 			b->snap = col_text(tup, desc, 7);
+		d->key = col_text(tup, desc, 4);
 	}
+	link_same_key(b);
 	b->last_id = b->d[b->n - 1].id;
 	b->batch_done = b->n < limit;
 	MemoryContextSwitchTo(old);
@@ -293,6 +325,8 @@ store_read_due(RelayEndpoint *ep, int limit, MemoryContext parent)
 		d->id = DatumGetInt64(col_datum(tup, desc, 1, &isnull));
 		memcpy(&d->event_id, DatumGetUUIDP(col_datum(tup, desc, 2, &isnull)), sizeof(pg_uuid_t));
 		d->attempt = DatumGetInt32(col_datum(tup, desc, 3, &isnull)) + 1;
+		d->key = col_text(tup, desc, 4);
+		d->prev_same_key = -1;	/* _read_due sends one event per key */
 		d->body = TextDatumGetCString(col_datum(tup, desc, 5, &isnull));
 		copy_header_lines(d, col_datum(tup, desc, 6, &isnull));
 	}

@@ -36,3 +36,8 @@ EXTRA_CLEAN = tmp_check_regress tmp_check_iso output_iso
 
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+# The TAP tests alone: make tapcheck [PROVE_TESTS=t/001_delivery.pl]
+.PHONY: tapcheck
+tapcheck:
+	$(prove_installcheck)

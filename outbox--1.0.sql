@@ -202,6 +202,7 @@ SELECT pg_catalog.pg_extension_config_dump('outbox.events_2', '');
 SELECT pg_catalog.pg_extension_config_dump('outbox.event_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('outbox.dedupe', '');
 SELECT pg_catalog.pg_extension_config_dump('outbox.endpoints', '');
+SELECT pg_catalog.pg_extension_config_dump('outbox.endpoints_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('outbox.endpoint_secrets', '');
 SELECT pg_catalog.pg_extension_config_dump('outbox.positions', '');
 SELECT pg_catalog.pg_extension_config_dump('outbox.inbox', '');
@@ -406,8 +407,11 @@ DECLARE
     hdrs      jsonb;
     the_secret text;
 BEGIN
-    IF name IS NULL OR name !~ '^[A-Za-z0-9_.:-]{1,63}$' THEN
-        RAISE EXCEPTION 'invalid endpoint name: %', coalesce(quote_literal(name), 'NULL')
+    IF name IS NULL THEN
+        RAISE EXCEPTION 'endpoint name must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF name !~ '^[A-Za-z0-9_.:-]{1,63}$' THEN
+        RAISE EXCEPTION 'invalid endpoint name: %', quote_literal(name)
             USING ERRCODE = '22023',
                   DETAIL = 'An endpoint name is 1 to 63 characters of letters, digits, "_", ".", ":" and "-".';
     END IF;
@@ -491,8 +495,10 @@ CREATE FUNCTION outbox.drop_endpoint(name text) RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    eid integer := outbox._endpoint_id(drop_endpoint.name);
 BEGIN
-    DELETE FROM outbox.endpoints WHERE id = outbox._endpoint_id(name);
+    DELETE FROM outbox.endpoints WHERE id = eid;
 END
 $$;
 COMMENT ON FUNCTION outbox.drop_endpoint(text) IS 'remove an endpoint with its secret and position; its undelivered events are not sent';
@@ -501,9 +507,11 @@ CREATE FUNCTION outbox.pause_endpoint(name text) RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    eid integer := outbox._endpoint_id(pause_endpoint.name);
 BEGIN
     UPDATE outbox.endpoints SET paused = true, updated_at = now()
-     WHERE id = outbox._endpoint_id(name);
+     WHERE id = eid;
 END
 $$;
 COMMENT ON FUNCTION outbox.pause_endpoint(text) IS 'stop delivering to an endpoint; its events wait until resume_endpoint()';
@@ -512,10 +520,12 @@ CREATE FUNCTION outbox.resume_endpoint(name text) RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    eid integer := outbox._endpoint_id(resume_endpoint.name);
 BEGIN
     UPDATE outbox.endpoints
        SET paused = false, disabled_at = NULL, disabled_reason = NULL, updated_at = now()
-     WHERE id = outbox._endpoint_id(name);
+     WHERE id = eid;
 END
 $$;
 COMMENT ON FUNCTION outbox.resume_endpoint(text) IS 'deliver to a paused or disabled endpoint again, starting with the events that waited';

@@ -42,7 +42,9 @@ outbox_check_url(PG_FUNCTION_ARGS)
 	char	   *host = NULL;
 	char	   *user = NULL;
 	char	   *full = NULL;
+	char	   *port = NULL;
 	char	   *result = NULL;
+	const char *sep;
 	const char *problem = NULL;
 	char		detail[256];
 
@@ -58,8 +60,15 @@ outbox_check_url(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_OUT_OF_MEMORY),
 				 errmsg("out of memory")));
 
-	rc = curl_url_set(h, CURLUPART_URL, url, 0);
-	if (rc != CURLUE_OK)
+	/*
+	 * libcurl guesses at what is not a URL ("https:///x" becomes host "x",
+	 * "http:/x" is accepted): insist on "scheme://host" first.
+	 */
+	sep = strstr(url, "://");
+	if (sep == NULL || sep[3] == '/' || sep[3] == '\0' ||
+		strcspn(url, ":/?#") != (size_t) (sep - url))
+		problem = "An endpoint URL starts with \"http://\" or \"https://\" and a host.";
+	else if ((rc = curl_url_set(h, CURLUPART_URL, url, 0)) != CURLUE_OK)
 	{
 		snprintf(detail, sizeof(detail), "libcurl: %s.", curl_url_strerror(rc));
 		problem = detail;
@@ -69,6 +78,8 @@ outbox_check_url(PG_FUNCTION_ARGS)
 		problem = "Only http and https URLs are accepted.";
 	else if (curl_url_get(h, CURLUPART_HOST, &host, 0) != CURLUE_OK || host[0] == '\0')
 		problem = "The URL has no host.";
+	else if (curl_url_get(h, CURLUPART_PORT, &port, 0) == CURLUE_OK && strcmp(port, "0") == 0)
+		problem = "Port 0 cannot be connected to.";
 	else if (curl_url_get(h, CURLUPART_USER, &user, 0) == CURLUE_OK)
 		problem = "Credentials in the URL are not accepted; send them in the endpoint's headers.";
 	else if (curl_url_set(h, CURLUPART_FRAGMENT, NULL, 0) != CURLUE_OK ||
@@ -81,6 +92,7 @@ outbox_check_url(PG_FUNCTION_ARGS)
 	curl_free(host);
 	curl_free(user);
 	curl_free(full);
+	curl_free(port);
 	curl_url_cleanup(h);
 
 	if (problem != NULL)

@@ -1,0 +1,264 @@
+-- Endpoints: create_endpoint, alter_endpoint, drop_endpoint, pause/resume
+-- and endpoint_secret, with every refusal.
+
+--------------------------------------------------------------------------
+-- create_endpoint
+--------------------------------------------------------------------------
+
+-- Defaults: the returned secret is whsec_ + base64 of 32 random bytes, and
+-- endpoint_secret() returns the same.
+SELECT outbox.create_endpoint('ep-default', 'https://example.com/hook') AS secret_default \gset
+SELECT :'secret_default' ~ '^whsec_[A-Za-z0-9+/]{43}=$' AS secret_format,
+       length(decode(substr(:'secret_default', 7), 'base64')) AS key_bytes,
+       outbox.endpoint_secret('ep-default') = :'secret_default' AS stored;
+SELECT name, url, event_types, headers, ordered, timeout, max_attempts, paused,
+       disabled_at, disabled_reason
+  FROM outbox.endpoints WHERE name = 'ep-default';
+-- Two endpoints get different secrets.
+SELECT outbox.create_endpoint('ep-other', 'http://example.org') <> :'secret_default' AS different_secret;
+
+-- A position row is created with the endpoint.
+SELECT e.name, p.snap IS NOT NULL AS has_position
+  FROM outbox.endpoints e JOIN outbox.positions p ON p.endpoint_id = e.id ORDER BY e.name COLLATE "C";
+
+-- The position starts at the creating transaction: events emitted before it
+-- are behind it, events emitted later (even in the same transaction) are not.
+SELECT outbox.emit('before.endpoint', '1') AS before_id \gset
+BEGIN;
+SELECT outbox.create_endpoint('ep-snap', 'https://example.com/') IS NOT NULL AS created;
+SELECT outbox.emit('after.endpoint', '1') AS after_id \gset
+SELECT e.event_type, pg_visible_in_snapshot(e.txid, p.snap) AS already_done
+  FROM outbox.events e, outbox.positions p
+ WHERE p.endpoint_id = (SELECT id FROM outbox.endpoints WHERE name = 'ep-snap')
+   AND e.event_id IN (:'before_id', :'after_id')
+ ORDER BY e.id;
+COMMIT;
+-- The same under REPEATABLE READ, where the snapshot predates the
+-- transaction's id.
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT count(*) >= 0 AS snapshot_taken FROM outbox.events;
+SELECT outbox.create_endpoint('ep-snap-rr', 'https://example.com/') IS NOT NULL AS created;
+SELECT pg_visible_in_snapshot(pg_current_xact_id(), p.snap) AS own_txn_done,
+       pg_visible_in_snapshot(e.txid, p.snap) AS earlier_event_done
+  FROM outbox.positions p, outbox.events e
+ WHERE p.endpoint_id = (SELECT id FROM outbox.endpoints WHERE name = 'ep-snap-rr')
+   AND e.event_id = :'before_id';
+COMMIT;
+
+-- Every setting given, with the Standard Webhooks test secret.
+SELECT outbox.create_endpoint('ep-full', 'https://hooks.example.com:8443/in/?a=1&b=2',
+                              '{order.*,invoice.paid}', 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw',
+                              '{"Authorization": "Bearer t0k3n", "X-Tenant": "acme"}',
+                              true, '5 seconds', 3) AS returned_secret;
+SELECT name, url, event_types, headers, ordered, timeout, max_attempts, paused
+  FROM outbox.endpoints WHERE name = 'ep-full';
+SELECT outbox.endpoint_secret('ep-full');
+-- Named arguments; NULL headers mean none.
+SELECT outbox.create_endpoint(name => 'ep-named', url => 'http://example.com:8080',
+                              headers => NULL, max_attempts => 1) IS NOT NULL AS created;
+SELECT name, url, headers, max_attempts FROM outbox.endpoints WHERE name = 'ep-named';
+
+-- Secrets: the key may be 24 to 64 bytes.
+SELECT s AS secret, try(format('SELECT outbox.create_endpoint(%L, %L, secret => %L)',
+                               'ep-sec-' || n, 'https://example.com/', s)) AS result
+  FROM unnest(ARRAY[
+         'whsec_' || encode(convert_to(repeat('k', 24), 'UTF8'), 'base64'),
+         'whsec_' || translate(encode(convert_to(repeat('k', 64), 'UTF8'), 'base64'), E'\n', ''),
+         'MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw',
+         'whsec_',
+         'whsec_!!!!MfKQ9r8GKYqrTwjUPD8ILPZIo2La',
+         'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaS',
+         'whsec_MfKQ9r8GKYqr TwjUPD8ILPZIo2LaLaSw',
+         'WHSEC_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw',
+         'whsec_' || encode(convert_to(repeat('k', 23), 'UTF8'), 'base64'),
+         'whsec_' || translate(encode(convert_to(repeat('k', 65), 'UTF8'), 'base64'), E'\n', ''),
+         ''
+       ]) WITH ORDINALITY AS u(s, n);
+
+-- Event type patterns that are valid.
+SELECT p AS patterns, try(format('SELECT outbox.create_endpoint(%L, %L, %L)',
+                                 'ep-pat-' || n, 'https://example.com/', p)) AS result
+  FROM unnest(ARRAY['{*}', '{order.*}', '{order*}', '{a.b}', '{a.b,c.*,d*}', '{a_1.B_2}'])
+       WITH ORDINALITY AS u(p, n);
+SELECT name, event_types FROM outbox.endpoints WHERE name LIKE 'ep-pat-%' ORDER BY name COLLATE "C";
+
+-- Event type patterns that are not.
+SELECT p AS patterns, try(format('SELECT outbox.create_endpoint(%L, %L, %L)',
+                                 'ep-badpat', 'https://example.com/', p)) AS result
+  FROM unnest(ARRAY['{""}', '{NULL}', '{a,NULL}', '{**}', '{.*}', '{a.*.b}', '{*.a}',
+                    '{a..*}', '{a.}', '{"a b"}', '{a-b}', '{}', '{{a},{b}}']) AS p;
+SELECT try($$SELECT outbox.create_endpoint('ep-badpat', 'https://example.com/', NULL)$$) AS null_patterns;
+SELECT try(format('SELECT outbox.create_endpoint(%L, %L, %L)', 'ep-badpat', 'https://example.com/',
+                  ARRAY[repeat('a', 256)])) AS pattern_256;
+
+-- URLs: http and https only, normalized by libcurl (fragment dropped).
+-- Addresses (loopback, private) are checked when the relay connects, not here.
+SELECT u AS url, try(format('SELECT outbox.create_endpoint(%L, %L)', 'ep-url-' || n, u)) AS result
+  FROM unnest(ARRAY[
+         'http://example.com',
+         'https://example.com:8443/path/to?x=1&y=two#fragment',
+         'HTTPS://example.com/upper',
+         'http://127.0.0.1:9000/hook',
+         'http://[::1]:9000/hook'
+       ]) WITH ORDINALITY AS v(u, n);
+SELECT name, url FROM outbox.endpoints WHERE name LIKE 'ep-url-%' ORDER BY name COLLATE "C";
+SELECT u AS url, try(format('SELECT outbox.create_endpoint(%L, %L)', 'ep-badurl', u)) AS result
+  FROM unnest(ARRAY[
+         'ftp://example.com/',
+         'file:///etc/passwd',
+         'http://',
+         'https:///path',
+         'http:/example.com',
+         'http://user:secret@example.com/',
+         'http://user@example.com/',
+         'example.com/hook',
+         'garbage',
+         '',
+         'http://exa mple.com/',
+         'http://example.com:99999/'
+       ]) AS u;
+SELECT try(format('SELECT outbox.create_endpoint(%L, %L)', 'ep-badurl',
+                  'https://example.com/' || repeat('a', 2029))) AS url_2049;
+SELECT try(format('SELECT outbox.create_endpoint(%L, %L)', 'ep-url-2048',
+                  'https://example.com/' || repeat('a', 2028))) AS url_2048;
+SELECT try($$SELECT outbox.create_endpoint('ep-badurl', NULL)$$) AS null_url;
+
+-- Headers: the same rules as emit()'s.
+SELECT h AS headers, try(format('SELECT outbox.create_endpoint(%L, %L, headers => %L)',
+                                'ep-badhdr', 'https://example.com/', h)) AS result
+  FROM unnest(ARRAY['[]', '"x"', '{"X-A": 1}', '{"X-A": "a\r\nb"}', '{"bad name": "v"}',
+                    '{"webhook-signature": "v"}', '{"Content-Type": "text/plain"}']) AS h;
+
+-- timeout: 1 second to 5 minutes; max_attempts: 1 to 100; neither NULL.
+SELECT t AS timeout, try(format('SELECT outbox.create_endpoint(%L, %L, timeout => %L)',
+                                'ep-to-' || n, 'https://example.com/', t)) AS result
+  FROM unnest(ARRAY['1 second', '5 minutes', '999 milliseconds', '5 minutes 1 second',
+                    '0', '-10 seconds', '1 day', '1 month']) WITH ORDINALITY AS u(t, n);
+SELECT m AS max_attempts, try(format('SELECT outbox.create_endpoint(%L, %L, max_attempts => %s)',
+                                     'ep-ma-' || n, 'https://example.com/', m)) AS result
+  FROM unnest(ARRAY[1, 100, 0, 101, -1]) WITH ORDINALITY AS u(m, n);
+SELECT try($$SELECT outbox.create_endpoint('ep-null', 'https://example.com/', timeout => NULL)$$) AS null_timeout;
+SELECT try($$SELECT outbox.create_endpoint('ep-null', 'https://example.com/', max_attempts => NULL)$$) AS null_max_attempts;
+SELECT try($$SELECT outbox.create_endpoint('ep-null', 'https://example.com/', ordered => NULL)$$) AS null_ordered;
+
+-- Names: 1 to 63 of [A-Za-z0-9_.:-], unique.
+SELECT try($$SELECT outbox.create_endpoint('ep-default', 'https://example.net/')$$) AS duplicate;
+SELECT n AS name, try(format('SELECT outbox.create_endpoint(%L, %L)', n, 'https://example.com/')) AS result
+  FROM unnest(ARRAY['', 'a b', 'a/b', 'é', repeat('n', 64), 'x''; drop table outbox.endpoints; --']) AS n;
+SELECT try(format('SELECT outbox.create_endpoint(%L, %L)', repeat('n', 63), 'https://example.com/')) AS name_63;
+SELECT try($$SELECT outbox.create_endpoint('A.z_0:9-', 'https://example.com/')$$) AS name_all_chars;
+SELECT try($$SELECT outbox.create_endpoint(NULL, 'https://example.com/')$$) AS null_name;
+
+-- Refusals left nothing behind: only the endpoints created above exist, each
+-- with one secret and one position.
+SELECT name FROM outbox.endpoints ORDER BY name COLLATE "C";
+SELECT (SELECT count(*) FROM outbox.endpoints) AS endpoints,
+       (SELECT count(*) FROM outbox.endpoint_secrets) AS secrets,
+       (SELECT count(*) FROM outbox.positions) AS positions;
+
+--------------------------------------------------------------------------
+-- Unknown names: 42704 from every function that takes one.
+--------------------------------------------------------------------------
+
+SELECT f AS call, try(f) AS result
+  FROM unnest(ARRAY[
+         $$SELECT outbox.alter_endpoint('nope', max_attempts => 2)$$,
+         $$SELECT outbox.drop_endpoint('nope')$$,
+         $$SELECT outbox.pause_endpoint('nope')$$,
+         $$SELECT outbox.resume_endpoint('nope')$$,
+         $$SELECT outbox.endpoint_secret('nope')$$,
+         $$SELECT outbox.endpoint_secret(NULL)$$
+       ]) AS f;
+
+--------------------------------------------------------------------------
+-- alter_endpoint: each setting alone; NULL leaves it as it is.
+--------------------------------------------------------------------------
+
+SELECT outbox.create_endpoint('ep-alter', 'https://example.com/a') IS NOT NULL AS created;
+SELECT outbox.endpoint_secret('ep-alter') AS alter_secret \gset
+-- Nothing given: nothing changes.
+SELECT outbox.alter_endpoint('ep-alter');
+SELECT outbox.alter_endpoint('ep-alter', NULL, NULL, NULL, NULL, NULL, NULL, NULL);
+SELECT url, event_types, headers, ordered, timeout, max_attempts,
+       outbox.endpoint_secret('ep-alter') = :'alter_secret' AS secret_unchanged
+  FROM outbox.endpoints WHERE name = 'ep-alter';
+SELECT outbox.alter_endpoint('ep-alter', url => 'https://example.com/b#x');
+SELECT outbox.alter_endpoint('ep-alter', event_types => '{order.*}');
+SELECT outbox.alter_endpoint('ep-alter', headers => '{"X-Key": "v"}');
+SELECT outbox.alter_endpoint('ep-alter', ordered => true);
+SELECT outbox.alter_endpoint('ep-alter', timeout => '10 seconds');
+SELECT outbox.alter_endpoint('ep-alter', max_attempts => 20);
+SELECT url, event_types, headers, ordered, timeout, max_attempts,
+       outbox.endpoint_secret('ep-alter') = :'alter_secret' AS secret_unchanged
+  FROM outbox.endpoints WHERE name = 'ep-alter';
+SELECT outbox.alter_endpoint('ep-alter', secret => 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw');
+SELECT outbox.endpoint_secret('ep-alter');
+-- Headers can be cleared with '{}'.
+SELECT outbox.alter_endpoint('ep-alter', headers => '{}');
+SELECT headers FROM outbox.endpoints WHERE name = 'ep-alter';
+-- Bad values are refused and change nothing.
+SELECT f AS call, try(f) AS result
+  FROM unnest(ARRAY[
+         $$SELECT outbox.alter_endpoint('ep-alter', url => 'ftp://example.com/')$$,
+         $$SELECT outbox.alter_endpoint('ep-alter', event_types => '{}')$$,
+         $$SELECT outbox.alter_endpoint('ep-alter', event_types => '{**}')$$,
+         $$SELECT outbox.alter_endpoint('ep-alter', secret => 'whsec_short')$$,
+         $$SELECT outbox.alter_endpoint('ep-alter', headers => '{"host": "x"}')$$,
+         $$SELECT outbox.alter_endpoint('ep-alter', timeout => '0')$$,
+         $$SELECT outbox.alter_endpoint('ep-alter', max_attempts => 0)$$,
+         $$SELECT outbox.alter_endpoint('ep-alter', url => 'https://example.com/c', max_attempts => 1000)$$
+       ]) AS f;
+SELECT url, event_types, headers, ordered, timeout, max_attempts,
+       outbox.endpoint_secret('ep-alter') AS secret
+  FROM outbox.endpoints WHERE name = 'ep-alter';
+
+--------------------------------------------------------------------------
+-- pause_endpoint and resume_endpoint
+--------------------------------------------------------------------------
+
+SELECT outbox.pause_endpoint('ep-alter');
+SELECT paused FROM outbox.endpoints WHERE name = 'ep-alter';
+-- Pausing twice is harmless.
+SELECT outbox.pause_endpoint('ep-alter');
+SELECT paused FROM outbox.endpoints WHERE name = 'ep-alter';
+SELECT outbox.resume_endpoint('ep-alter');
+SELECT paused FROM outbox.endpoints WHERE name = 'ep-alter';
+-- resume_endpoint also clears a disable done by the relay.
+UPDATE outbox.endpoints SET disabled_at = now(), disabled_reason = 'HTTP 410 Gone'
+ WHERE name = 'ep-alter';
+SELECT outbox.resume_endpoint('ep-alter');
+SELECT paused, disabled_at, disabled_reason FROM outbox.endpoints WHERE name = 'ep-alter';
+
+--------------------------------------------------------------------------
+-- drop_endpoint removes the endpoint, its secret and its position.
+--------------------------------------------------------------------------
+
+SELECT id AS alter_id FROM outbox.endpoints WHERE name = 'ep-alter' \gset
+SELECT outbox.drop_endpoint('ep-alter');
+SELECT (SELECT count(*) FROM outbox.endpoints WHERE id = :alter_id) AS endpoints,
+       (SELECT count(*) FROM outbox.endpoint_secrets WHERE endpoint_id = :alter_id) AS secrets,
+       (SELECT count(*) FROM outbox.positions WHERE endpoint_id = :alter_id) AS positions;
+SELECT try($$SELECT outbox.drop_endpoint('ep-alter')$$) AS drop_again;
+-- The name can be used again.
+SELECT outbox.create_endpoint('ep-alter', 'https://example.com/new') IS NOT NULL AS recreated;
+
+-- A rolled-back create leaves nothing.
+BEGIN;
+SELECT outbox.create_endpoint('ep-rolled-back', 'https://example.com/') IS NOT NULL AS created;
+ROLLBACK;
+SELECT count(*) AS rolled_back FROM outbox.endpoints WHERE name = 'ep-rolled-back';
+
+-- Clean up for the files that follow.
+SELECT count(*) AS dropped FROM (SELECT outbox.drop_endpoint(name) FROM outbox.endpoints) d;
+SELECT (SELECT count(*) FROM outbox.endpoints) AS endpoints,
+       (SELECT count(*) FROM outbox.endpoint_secrets) AS secrets,
+       (SELECT count(*) FROM outbox.positions) AS positions;
+-- With no endpoints at all, unknown names are still refused.
+SELECT f AS call, try(f) AS result
+  FROM unnest(ARRAY[
+         $$SELECT outbox.alter_endpoint('nope', max_attempts => 2)$$,
+         $$SELECT outbox.drop_endpoint('nope')$$,
+         $$SELECT outbox.pause_endpoint('nope')$$,
+         $$SELECT outbox.resume_endpoint('nope')$$,
+         $$SELECT outbox.endpoint_secret('nope')$$
+       ]) AS f;

@@ -1,0 +1,58 @@
+# Delivery basics: committed events arrive signed; rolled-back ones never do;
+# the relay is woken by commit, not by its poll timer.
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::Bin;
+use OutboxTest;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = outbox_node('delivery', conf => "outbox.poll_interval = '1h'\n");
+my ($url, $log, $receiver) = start_receiver();
+
+my $secret = $node->safe_psql('postgres',
+	"SELECT outbox.create_endpoint('orders', '$url/orders', '{order.*}')");
+like($secret, qr/^whsec_/, 'endpoint created with a secret');
+
+# Wait until the relay has loaded the endpoint position (first poll).
+$node->poll_query_until('postgres',
+	"SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'outbox relay'")
+  or die 'relay did not start';
+
+$node->safe_psql('postgres', q{
+BEGIN;
+SELECT outbox.emit('order.created', '{"n": 1}');
+SELECT outbox.emit('order.created', '{"n": 2}');
+SELECT outbox.emit('user.created', '{"n": 3}');
+COMMIT;
+BEGIN;
+SELECT outbox.emit('order.created', '{"n": 99}');
+ROLLBACK;
+});
+
+# poll_interval is an hour: only the commit's wake-up can deliver these.
+ok(wait_received($log, sub { grep({ $_->{path} eq '/orders' } @_) >= 2 }),
+	'two order events arrived without waiting for the poll timer');
+# A later committed event proves nothing else was pending.
+$node->safe_psql('postgres', q{SELECT outbox.emit('order.created', '{"n": 4}')});
+ok(wait_received($log, sub { grep({ $_->{path} eq '/orders' } @_) >= 3 }), 'third arrived');
+my @got = received($log);
+my @bodies = map { $_->{body} } @got;
+is(scalar(grep { /"n": 99/ } @bodies), 0, 'rolled-back event never arrived');
+is(scalar(grep { /user\.created/ } @bodies), 0, 'event of an unsubscribed type not sent');
+
+# Each request verifies with the endpoint secret.
+for my $r (@got)
+{
+	my $ok = $node->safe_psql('postgres', sprintf(
+		q{SELECT outbox.verify_signature(%s, %s, %s, %s, %s)},
+		map { $node->safe_psql('postgres', 'SELECT quote_literal($q$' . $_ . '$q$)') }
+		  ($secret, $r->{headers}{'webhook-id'}, $r->{headers}{'webhook-timestamp'},
+			$r->{body}, $r->{headers}{'webhook-signature'})));
+	is($ok, 't', "signature of $r->{headers}{'webhook-id'} verifies");
+}
+
+$node->stop;
+$receiver->kill_kill;
+done_testing();

@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""t/webhook_receiver.py: a scriptable webhook receiver for the TAP tests.
+
+Each endpoint URL says how the receiver behaves, in its query string, so one
+receiver serves many endpoints at once:
+
+  status=N        answer N (default 200)
+  fail_first=N    answer `status` to the first N requests of each webhook-id
+                  on this path, 200 after that
+  retry_after=S   send "Retry-After: S" with non-2xx answers
+  delivery=V      send "webhook-delivery: V" (abort-message or disable)
+  location=URL    send "Location: URL" (with a 3xx status)
+  delay=S         wait S seconds before answering
+
+Every request is appended to the log file as one JSON line: the receive
+time (Unix seconds, float), path, query, lower-cased headers, body and the
+status answered.  The port is written to --port-file once listening.
+Standard library only.
+"""
+import argparse
+import collections
+import json
+import socket
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
+
+lock = threading.Lock()
+seen = collections.Counter()
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def setup(self):
+        super().setup()
+        self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def log_message(self, fmt, *args):
+        pass
+
+    def do_POST(self):
+        received = time.time()
+        length = int(self.headers.get("Content-Length", "0"))
+        body = self.rfile.read(length).decode("utf-8", "replace")
+        url = urlsplit(self.path)
+        q = {k: v[-1] for k, v in parse_qs(url.query).items()}
+        status = int(q.get("status", "200"))
+        msg_id = self.headers.get("webhook-id", "")
+        with lock:
+            seen[(url.path, msg_id)] += 1
+            n = seen[(url.path, msg_id)]
+        if "fail_first" in q and n > int(q["fail_first"]):
+            status = 200
+        if "delay" in q:
+            time.sleep(float(q["delay"]))
+        record = {
+            "t": received,
+            "path": url.path,
+            "query": q,
+            "headers": {k.lower(): v for k, v in self.headers.items()},
+            "body": body,
+            "status": status,
+        }
+        with lock:
+            with open(self.server.log_path, "a") as f:
+                f.write(json.dumps(record) + "\n")
+        self.send_response(status)
+        if status >= 300 and "retry_after" in q:
+            self.send_header("Retry-After", q["retry_after"])
+        if "delivery" in q:
+            self.send_header("webhook-delivery", q["delivery"])
+        if "location" in q:
+            self.send_header("Location", q["location"])
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--log", required=True)
+    ap.add_argument("--port-file", required=True)
+    ap.add_argument("--port", type=int, default=0)
+    args = ap.parse_args()
+    server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
+    server.daemon_threads = True
+    server.log_path = args.log
+    open(args.log, "a").close()
+    with open(args.port_file + ".tmp", "w") as f:
+        f.write(str(server.server_address[1]))
+    import os
+    os.rename(args.port_file + ".tmp", args.port_file)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())

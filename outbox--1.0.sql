@@ -868,8 +868,9 @@ BEGIN
               FROM outbox.events e
              WHERE e.txid >= pg_snapshot_xmin(pos.snap) AND e.txid < pg_snapshot_xmax(nxt)
                AND pg_visible_in_snapshot(e.txid, nxt) AND NOT pg_visible_in_snapshot(e.txid, pos.snap);
+            -- No event since the position: leave it, so an idle relay
+            -- writes nothing (the next batch simply spans more snapshots).
             IF lo IS NULL THEN
-                UPDATE outbox.positions p SET snap = nxt, updated_at = now() WHERE p.endpoint_id = eid;
                 RETURN;
             END IF;
             UPDATE outbox.positions p SET next_snap = nxt, after_id = lo - 1, updated_at = now()

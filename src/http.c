@@ -12,7 +12,12 @@
 #include <curl/curl.h>
 
 #include "fmgr.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/latch.h"
 #include "utils/builtins.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
 
 #include "http.h"
 
@@ -115,6 +120,89 @@ static CURLM *multi = NULL;
 static dlist_head in_flight = DLIST_STATIC_INIT(in_flight);
 static int	n_in_flight = 0;
 
+/*
+ * The sockets libcurl wants watched (socket callback) and when it wants to
+ * be called back regardless (timer callback, -1: no timer).  The relay
+ * sleeps in one WaitEventSet on these and its latch, rebuilt whenever the
+ * sockets change.
+ */
+typedef struct WatchedSocket
+{
+	curl_socket_t fd;
+	int			what;			/* CURL_POLL_IN, _OUT or _INOUT */
+} WatchedSocket;
+
+static WatchedSocket *watched = NULL;
+static int	n_watched = 0;
+static int	max_watched = 0;
+static bool watch_changed = true;
+static TimestampTz timer_due = 0;	/* 0: no timer */
+static WaitEventSet *wait_set = NULL;
+
+static int
+socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp, void *socketp)
+{
+	int			i;
+
+	for (i = 0; i < n_watched; i++)
+		if (watched[i].fd == fd)
+			break;
+	if (what == CURL_POLL_REMOVE)
+	{
+		if (i < n_watched)
+			watched[i] = watched[--n_watched];
+	}
+	else
+	{
+		if (i == n_watched)
+		{
+			if (n_watched == max_watched)
+			{
+				int			grow = Max(16, max_watched * 2);
+				WatchedSocket *more = realloc(watched, sizeof(WatchedSocket) * grow);
+
+				if (more == NULL)
+					return -1;	/* libcurl fails the transfer */
+				watched = more;
+				max_watched = grow;
+			}
+			watched[n_watched++].fd = fd;
+		}
+		watched[i].what = what;
+	}
+	watch_changed = true;
+	return 0;
+}
+
+static int
+timer_cb(CURLM *m, long timeout_ms, void *userp)
+{
+	timer_due = timeout_ms < 0 ? 0 :
+		TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
+	return 0;
+}
+
+static void
+rebuild_wait_set(void)
+{
+	if (wait_set != NULL)
+		FreeWaitEventSet(wait_set);
+	wait_set = CreateWaitEventSet(TopMemoryContext, n_watched + 2);
+	AddWaitEventToSet(wait_set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
+	AddWaitEventToSet(wait_set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
+	for (int i = 0; i < n_watched; i++)
+	{
+		uint32		events = 0;
+
+		if (watched[i].what & CURL_POLL_IN)
+			events |= WL_SOCKET_READABLE;
+		if (watched[i].what & CURL_POLL_OUT)
+			events |= WL_SOCKET_WRITEABLE;
+		AddWaitEventToSet(wait_set, events, watched[i].fd, NULL, NULL);
+	}
+	watch_changed = false;
+}
+
 void
 http_configure(int max_total, int max_per_host)
 {
@@ -132,6 +220,8 @@ http_start(int max_total, int max_per_host)
 	if (multi == NULL)
 		elog(ERROR, "could not create a libcurl multi handle");
 	curl_multi_setopt(multi, CURLMOPT_PIPELINING, CURLPIPE_MULTIPLEX);
+	curl_multi_setopt(multi, CURLMOPT_SOCKETFUNCTION, socket_cb);
+	curl_multi_setopt(multi, CURLMOPT_TIMERFUNCTION, timer_cb);
 	http_configure(max_total, max_per_host);
 }
 
@@ -253,14 +343,48 @@ http_in_flight(void)
 	return n_in_flight;
 }
 
-/* Let libcurl work for up to timeout_ms (returns early on socket activity). */
-void
-http_wait(int timeout_ms)
+/*
+ * Sleep until the latch is set, a socket libcurl watches is ready, libcurl's
+ * timer is due, or timeout_ms passed; then let libcurl do its work.
+ * Returns true when the latch was set (the caller resets it).
+ */
+bool
+http_wait(long timeout_ms)
 {
+	WaitEvent	events[16];
+	int			n;
 	int			running;
+	bool		latch = false;
+	long		wait_ms = timeout_ms;
 
-	curl_multi_poll(multi, NULL, 0, timeout_ms, NULL);
-	curl_multi_perform(multi, &running);
+	if (timer_due != 0)
+		wait_ms = Min(wait_ms, Max(0, TimestampDifferenceMilliseconds(GetCurrentTimestamp(), timer_due)));
+	if (watch_changed || wait_set == NULL)
+		rebuild_wait_set();
+
+	n = WaitEventSetWait(wait_set, wait_ms, events, lengthof(events), PG_WAIT_EXTENSION);
+	for (int i = 0; i < n; i++)
+	{
+		int			flags = 0;
+
+		if (events[i].events & WL_LATCH_SET)
+		{
+			latch = true;
+			continue;
+		}
+		if (events[i].events & WL_SOCKET_READABLE)
+			flags |= CURL_CSELECT_IN;
+		if (events[i].events & WL_SOCKET_WRITEABLE)
+			flags |= CURL_CSELECT_OUT;
+		if (flags)
+			curl_multi_socket_action(multi, events[i].fd, flags, &running);
+	}
+	if (timer_due != 0 && GetCurrentTimestamp() >= timer_due)
+	{
+		timer_due = 0;
+		curl_multi_socket_action(multi, CURL_SOCKET_TIMEOUT, 0, &running);
+	}
+	return latch;
 }
 
 static void

@@ -51,7 +51,7 @@ extern void http_start(int max_total, int max_per_host);
 extern void http_configure(int max_total, int max_per_host);
 extern void http_submit(HttpRequest *req);
 extern int	http_in_flight(void);
-extern void http_wait(int timeout_ms);
+extern bool http_wait(long timeout_ms);
 extern HttpRequest *http_next_done(void);
 extern void http_abandon_all(void);
 

@@ -10,9 +10,9 @@
  * endpoint at most one page of new events and one set of due retries are
  * in flight; a slow endpoint only holds back itself.  Commits of emitting
  * transactions set our latch (emit.c); outbox.poll_interval covers retries,
- * deliver_at and prepared transactions.  While requests are in flight the
- * loop waits in libcurl for at most IN_FLIGHT_WAIT_MS at a time and then
- * checks the latch, since a latch cannot wake a libcurl poll.
+ * deliver_at and prepared transactions.  The loop sleeps in one wait on the
+ * latch and on the sockets libcurl watches (http_wait), so a commit wakes it
+ * even while requests are in flight.
  *
  *-------------------------------------------------------------------------
  */
@@ -42,8 +42,6 @@
 #include "shmem.h"
 #include "store.h"
 #include "relay.h"
-
-#define IN_FLIGHT_WAIT_MS	5
 
 static MemoryContext relay_cxt = NULL;
 static HTAB *endpoints = NULL;
@@ -509,22 +507,10 @@ outbox_relay_main(Datum arg)
 			continue;
 		}
 
-		if (in_flight > 0)
-		{
-			http_wait(IN_FLIGHT_WAIT_MS);
-			if (MyLatch->is_set)
-				read_now = true;
-		}
-		else
-		{
-			int			rc;
-
-			until_poll = outbox_poll_interval -
-				TimestampDifferenceMilliseconds(last_read, GetCurrentTimestamp());
-			rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						   Max(until_poll, 0), PG_WAIT_EXTENSION);
-			if (rc & WL_LATCH_SET)
-				read_now = true;
-		}
+		/* Sleep on the latch, libcurl's sockets and the poll timer at once. */
+		until_poll = outbox_poll_interval -
+			TimestampDifferenceMilliseconds(last_read, GetCurrentTimestamp());
+		if (http_wait(Max(until_poll, 0)))
+			read_now = true;
 	}
 }

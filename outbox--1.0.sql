@@ -523,12 +523,19 @@ AS $$
 DECLARE
     eid integer := outbox._endpoint_id(resume_endpoint.name);
 BEGIN
+    -- A disabled endpoint's failed events are due at once, not after the
+    -- rest of their backoff.
+    UPDATE outbox.retries r SET next_at = now()
+     WHERE r.endpoint_id = eid AND r.attempts > 0 AND r.next_at > now()
+       AND EXISTS (SELECT 1 FROM outbox.endpoints e WHERE e.id = eid AND e.disabled_at IS NOT NULL);
+    -- A resumed endpoint gets a fresh outbox.disable_after window.
     UPDATE outbox.endpoints
-       SET paused = false, disabled_at = NULL, disabled_reason = NULL, updated_at = now()
+       SET paused = false, disabled_at = NULL, disabled_reason = NULL,
+           failing_since = NULL, updated_at = now()
      WHERE id = eid;
 END
 $$;
-COMMENT ON FUNCTION outbox.resume_endpoint(text) IS 'deliver to a paused or disabled endpoint again, starting with the events that waited';
+COMMENT ON FUNCTION outbox.resume_endpoint(text) IS 'deliver to a paused or disabled endpoint again, starting with the events that waited (a disabled endpoint''s retries become due at once)';
 
 CREATE FUNCTION outbox.endpoint_secret(name text) RETURNS text
 LANGUAGE sql STABLE

@@ -23,6 +23,9 @@
 Outcome
 policy_classify(long status, bool transport_error, const char *delivery_header)
 {
+	/* A 2xx is delivered whatever else it says (see policy_wants_disable). */
+	if (!transport_error && status >= 200 && status < 300)
+		return OUTCOME_DELIVERED;
 	if (delivery_header != NULL)
 	{
 		if (pg_strcasecmp(delivery_header, "abort-message") == 0)
@@ -32,8 +35,6 @@ policy_classify(long status, bool transport_error, const char *delivery_header)
 	}
 	if (transport_error)
 		return OUTCOME_RETRY;
-	if (status >= 200 && status < 300)
-		return OUTCOME_DELIVERED;
 	if (status == 410)
 		return OUTCOME_DISABLE;
 	if (status == 408 || status == 425 || status == 429)
@@ -131,6 +132,18 @@ policy_retry_after(const char *value, double now)
 	if (when < 0)
 		return 0;
 	return Max((double) when - now, 0.0);
+}
+
+/*
+ * Does the answer ask for the endpoint to be disabled?  True for the
+ * outcome OUTCOME_DISABLE, and also for a 2xx that carries
+ * "webhook-delivery: disable": that event is delivered, later ones wait.
+ */
+bool
+policy_wants_disable(Outcome o, const char *delivery_header)
+{
+	return o == OUTCOME_DISABLE ||
+		(delivery_header != NULL && pg_strcasecmp(delivery_header, "disable") == 0);
 }
 
 const char *

@@ -29,6 +29,7 @@ extern bool policy_parse_schedule(const char *text, RetrySchedule *schedule);
 extern double policy_backoff(const RetrySchedule *schedule, int attempt,
 							 long status, double retry_after, double jitter);
 extern double policy_retry_after(const char *value, double now);
+extern bool policy_wants_disable(Outcome o, const char *delivery_header);
 extern const char *policy_outcome_name(Outcome o);
 
 #endif							/* OUTBOX_POLICY_H */

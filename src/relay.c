@@ -358,7 +358,7 @@ collect(void)
 		o = policy_classify(req->status, req->transport_error,
 							req->delivery[0] ? req->delivery : NULL);
 		d->next_at = 0;
-		if (o == OUTCOME_DISABLE)
+		if (policy_wants_disable(o, req->delivery[0] ? req->delivery : NULL))
 			b->disable_reason = req->status == 410 ? "410 Gone" :
 				"the receiver answered webhook-delivery: disable";
 		if (o == OUTCOME_RETRY && d->attempt >= b->ep->max_attempts)

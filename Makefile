@@ -11,6 +11,7 @@ OBJS = \
 	src/validate.o \
 	src/sign.o \
 	src/http.o \
+	src/address.o \
 	src/policy.o \
 	src/store.o \
 	src/relay.o

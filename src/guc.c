@@ -17,6 +17,7 @@
 #include "utils/guc.h"
 #include "utils/memutils.h"
 
+#include "address.h"
 #include "guc.h"
 
 int			outbox_max_payload_size = 1024 * 1024;
@@ -30,6 +31,9 @@ RetrySchedule outbox_schedule;
 int			outbox_disable_after = 5 * 86400;
 int			outbox_secret_overlap = 86400;
 int			outbox_alert_after = 30;
+char	   *outbox_allowed_networks_text = NULL;
+NetworkList outbox_allowed_networks;
+char	   *outbox_ca_file = NULL;
 
 static bool
 check_retry_schedule(char **newval, void **extra, GucSource source)
@@ -53,6 +57,31 @@ static void
 assign_retry_schedule(const char *newval, void *extra)
 {
 	memcpy(&outbox_schedule, extra, sizeof(RetrySchedule));
+}
+
+static bool
+check_allowed_networks(char **newval, void **extra, GucSource source)
+{
+	NetworkList parsed;
+	const char *error = NULL;
+
+	if (!address_parse_networks(*newval, &parsed, &error))
+	{
+		GUC_check_errdetail("%s; give a comma-separated list of addresses or networks such as \"127.0.0.1/32, 10.0.0.0/8, ::1\".",
+							error);
+		return false;
+	}
+	*extra = malloc(sizeof(NetworkList));	/* freed by the GUC machinery */
+	if (*extra == NULL)
+		return false;
+	memcpy(*extra, &parsed, sizeof(NetworkList));
+	return true;
+}
+
+static void
+assign_allowed_networks(const char *newval, void *extra)
+{
+	memcpy(&outbox_allowed_networks, extra, sizeof(NetworkList));
 }
 
 void
@@ -113,6 +142,22 @@ outbox_guc_init(void)
 							   "5s,5min,30min,2h,5h,10h,10h",
 							   PGC_SIGHUP, 0,
 							   check_retry_schedule, assign_retry_schedule, NULL);
+
+	DefineCustomStringVariable("outbox.allowed_networks",
+							   "Networks the relay may deliver to although they are loopback, private or link-local.",
+							   "A comma-separated list of addresses or CIDR networks; empty refuses all such targets.",
+							   &outbox_allowed_networks_text,
+							   "",
+							   PGC_SIGHUP, GUC_SUPERUSER_ONLY,
+							   check_allowed_networks, assign_allowed_networks, NULL);
+
+	DefineCustomStringVariable("outbox.ca_file",
+							   "File of CA certificates that HTTPS endpoints are verified against.",
+							   "Empty: the system's certificate store.",
+							   &outbox_ca_file,
+							   "",
+							   PGC_SIGHUP, GUC_SUPERUSER_ONLY,
+							   NULL, NULL, NULL);
 
 	/* The next three are read in SQL through current_setting(). */
 	DefineCustomIntVariable("outbox.disable_after",

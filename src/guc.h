@@ -8,6 +8,7 @@
 #ifndef OUTBOX_GUC_H
 #define OUTBOX_GUC_H
 
+#include "address.h"
 #include "policy.h"
 
 extern int	outbox_max_payload_size;
@@ -21,6 +22,8 @@ extern RetrySchedule outbox_schedule;
 extern int	outbox_disable_after;
 extern int	outbox_secret_overlap;
 extern int	outbox_alert_after;
+extern NetworkList outbox_allowed_networks;
+extern char *outbox_ca_file;
 
 extern void outbox_guc_init(void);
 

@@ -9,6 +9,7 @@
  */
 #include "postgres.h"
 
+#include <arpa/inet.h>
 #include <curl/curl.h>
 
 #include "fmgr.h"
@@ -19,6 +20,8 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
+#include "address.h"
+#include "guc.h"
 #include "http.h"
 
 PG_FUNCTION_INFO_V1(outbox_check_url);
@@ -282,6 +285,32 @@ header_cb(char *data, size_t size, size_t nmemb, void *userdata)
 	return n;
 }
 
+/*
+ * libcurl asks us for each socket it connects, with the address it
+ * resolved: the address policy is applied to exactly the address that will
+ * be connected to.  A refused address fails only that connection attempt.
+ */
+static curl_socket_t
+open_socket_cb(void *clientp, curlsocktype purpose, struct curl_sockaddr *address)
+{
+	HttpRequest *req = (HttpRequest *) clientp;
+	const char *why = address_refusal(&address->addr, &outbox_allowed_networks);
+
+	if (why != NULL)
+	{
+		char		ip[INET6_ADDRSTRLEN] = "?";
+		const void *raw = address->family == AF_INET6 ?
+			(const void *) &((struct sockaddr_in6 *) &address->addr)->sin6_addr :
+			(const void *) &((struct sockaddr_in *) &address->addr)->sin_addr;
+
+		inet_ntop(address->family, raw, ip, sizeof(ip));
+		snprintf(req->refused, sizeof(req->refused),
+				 "refused to connect to %s, %s; outbox.allowed_networks can allow it", ip, why);
+		return CURL_SOCKET_BAD;
+	}
+	return socket(address->family, address->socktype, address->protocol);
+}
+
 /* Start a request; see HttpRequest for who owns what. */
 void
 http_submit(HttpRequest *req)
@@ -298,6 +327,7 @@ http_submit(HttpRequest *req)
 	req->status = 0;
 	req->transport_error = false;
 	req->error[0] = '\0';
+	req->refused[0] = '\0';
 	req->response[0] = '\0';
 	req->response_len = 0;
 	req->response_read = 0;
@@ -324,6 +354,12 @@ http_submit(HttpRequest *req)
 	curl_easy_setopt(easy, CURLOPT_HEADERDATA, req);
 	curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, req->error);
 	curl_easy_setopt(easy, CURLOPT_PRIVATE, req);
+	curl_easy_setopt(easy, CURLOPT_OPENSOCKETFUNCTION, open_socket_cb);
+	curl_easy_setopt(easy, CURLOPT_OPENSOCKETDATA, req);
+	/* No proxy from the server's environment: it would bypass the checks. */
+	curl_easy_setopt(easy, CURLOPT_PROXY, "");
+	if (outbox_ca_file != NULL && outbox_ca_file[0] != '\0')
+		curl_easy_setopt(easy, CURLOPT_CAINFO, outbox_ca_file);
 
 	if (curl_multi_add_handle(multi, easy) != CURLM_OK)
 	{
@@ -428,7 +464,9 @@ http_next_done(void)
 		if (rc != CURLE_OK)
 		{
 			req->transport_error = true;
-			if (req->error[0] == '\0')
+			if (req->refused[0] != '\0')
+				strlcpy(req->error, req->refused, sizeof(req->error));
+			else if (req->error[0] == '\0')
 				strlcpy(req->error, curl_easy_strerror(rc), sizeof(req->error));
 		}
 		release(req);

@@ -36,6 +36,7 @@ typedef struct HttpRequest
 	long		status;			/* 0 when no response */
 	bool		transport_error;	/* connect, TLS, timeout, protocol */
 	char		error[CURL_ERROR_SIZE];
+	char		refused[CURL_ERROR_SIZE];	/* why an address was refused */
 	double		duration_ms;
 	char		response[OUTBOX_RESPONSE_KEEP + 1];
 	size_t		response_len;

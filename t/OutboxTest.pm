@@ -14,7 +14,8 @@ use Time::HiRes qw(usleep);
 our @EXPORT = qw(outbox_node start_receiver received wait_received);
 
 # A started node with outbox preloaded, the extension created in database
-# postgres, and 127.0.0.1 reachable.  Extra settings are appended.
+# postgres, and 127.0.0.1 allowed as a target (outbox.allowed_networks).
+# Extra settings are appended.
 sub outbox_node
 {
 	my ($name, %opts) = @_;
@@ -23,6 +24,7 @@ sub outbox_node
 	$node->append_conf('postgresql.conf', qq{
 shared_preload_libraries = 'outbox'
 outbox.poll_interval = '200ms'
+outbox.allowed_networks = '127.0.0.1/32'
 } . ($opts{conf} // ''));
 	$node->start;
 	$node->safe_psql('postgres', 'CREATE EXTENSION outbox');

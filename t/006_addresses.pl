@@ -1,0 +1,69 @@
+# The address policy: loopback, private, link-local, unspecified and
+# IPv4-mapped forms of them are refused at connect time unless
+# outbox.allowed_networks names them.  Refused targets get no packet: the
+# check runs before the socket exists.
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::Bin;
+use OutboxTest;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = outbox_node('addresses',
+	conf => "outbox.retry_schedule = '1h'\noutbox.allowed_networks = ''\n");
+my ($url, $log, $receiver) = start_receiver();
+my ($port) = $url =~ /:(\d+)$/;
+
+my %targets = (
+	loopback     => "http://127.0.0.1:$port/x",
+	localhost    => "http://localhost:$port/x",
+	mapped       => "http://[::ffff:127.0.0.1]:$port/x",
+	unspecified  => "http://0.0.0.0:$port/x",
+	private10    => 'http://10.1.2.3/x',
+	private172   => 'http://172.16.0.1/x',
+	private192   => 'http://192.168.1.1/x',
+	metadata     => 'http://169.254.169.254/latest/meta-data/',
+	mapped_meta  => 'http://[::ffff:169.254.169.254]/x',
+	v6_loopback  => "http://[::1]:$port/x",
+	v6_private   => 'http://[fd00::1]/x',
+);
+for my $name (sort keys %targets)
+{
+	$node->safe_psql('postgres',
+		"SELECT outbox.create_endpoint('$name', '$targets{$name}', event_types => '{t.$name}')");
+	$node->safe_psql('postgres', "SELECT outbox.emit('t.$name', '{}')");
+}
+
+for my $name (sort keys %targets)
+{
+	ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM outbox.attempts WHERE endpoint = '$name'"),
+		"$name: one attempt recorded");
+	my $error = $node->safe_psql('postgres',
+		"SELECT error FROM outbox.attempts WHERE endpoint = '$name'");
+	like($error, qr/refused to connect to .*outbox\.allowed_networks/, "$name: refused ($error)");
+}
+is(scalar(received($log)), 0, 'the receiver on 127.0.0.1 got nothing');
+
+# Allowing 127.0.0.1 lets exactly the targets that resolve to it through:
+# localhost (whose ::1 answer stays refused), and the IPv4-mapped form.
+$node->append_conf('postgresql.conf', "outbox.allowed_networks = '127.0.0.1/32'\n");
+$node->reload;
+$node->poll_query_until('postgres', "SELECT current_setting('outbox.allowed_networks') = '127.0.0.1/32'");
+# Wait for the relay to reload too: its log line says so.
+$node->wait_for_log(qr/outbox relay reloaded its configuration/);
+$node->safe_psql('postgres', "SELECT outbox.resume_endpoint(name) FROM outbox.endpoints");
+$node->safe_psql('postgres',
+	"UPDATE outbox.retries SET next_at = now()");
+ok(wait_received($log, sub { scalar(@_) >= 3 }), 'allowed targets delivered');
+$node->poll_query_until('postgres',
+	"SELECT count(*) = 3 FROM outbox.attempts WHERE status = 200")
+  or diag $node->safe_psql('postgres', 'SELECT endpoint, status, error FROM outbox.attempts');
+my $ok = $node->safe_psql('postgres',
+	"SELECT string_agg(endpoint, ',' ORDER BY endpoint) FROM outbox.attempts WHERE status = 200");
+is($ok, 'localhost,loopback,mapped', 'targets resolving to 127.0.0.1 are allowed; nothing else');
+
+$node->stop;
+$receiver->kill_kill;
+done_testing();

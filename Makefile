@@ -38,6 +38,9 @@ EXTRA_CLEAN = tmp_check_regress tmp_check_iso output_iso
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
+# PGXS does not track headers: rebuild every object when one changes.
+$(OBJS): $(wildcard $(srcdir)/src/*.h)
+
 # The TAP tests alone: make tapcheck [PROVE_TESTS=t/001_delivery.pl]
 .PHONY: tapcheck
 tapcheck:

@@ -155,13 +155,14 @@ CREATE TABLE outbox.retries (
     next_at     timestamptz NOT NULL,
     last_status integer,
     last_error  text,
-    first_failed_at timestamptz NOT NULL DEFAULT now(),
+    queued_at   timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (endpoint_id, id)
 );
 CREATE INDEX retries_due_idx ON outbox.retries (endpoint_id, next_at);
 CREATE INDEX retries_key_idx ON outbox.retries (endpoint_id, key, id) WHERE key IS NOT NULL;
 COMMENT ON TABLE outbox.retries IS 'events owed to an endpoint again at next_at: failed attempts, events with a later deliver_at, and on ordered endpoints events waiting behind an earlier one of their key';
 COMMENT ON COLUMN outbox.retries.attempts IS 'attempts made so far (0: not sent yet)';
+COMMENT ON COLUMN outbox.retries.queued_at IS 'when the event became owed here: its first failure, deferral, replay() or retry_dead()';
 
 -- Events given up on for an endpoint.  The event itself is copied so that a
 -- dead letter outlives the rotation of its events partition.
@@ -838,13 +839,25 @@ AS $$
 $$;
 COMMENT ON FUNCTION outbox._header_lines(jsonb) IS 'internal: a header object as "name: value" lines';
 
+-- Has this endpoint answered this event with a 2xx since a given time?
+CREATE FUNCTION outbox._delivered(eid integer, evid uuid, since timestamptz) RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT EXISTS (SELECT 1 FROM outbox.attempt_log a
+                    WHERE a.event_id = evid AND a.endpoint_id = eid AND a.at >= since
+                      AND a.status BETWEEN 200 AND 299)
+$$;
+COMMENT ON FUNCTION outbox._delivered(integer, uuid, timestamptz) IS 'internal: whether an endpoint has answered an event with a 2xx since a time';
+
 -- The next page of events owed to an endpoint by its position, in id order.
 -- Starts a new batch (visible now, not in the position's snapshot) when
 -- none is open.  Writes only the position's batch bounds; the relay
 -- advances after_id when it records the page.
-CREATE FUNCTION outbox._read_page(eid integer, lim integer)
+CREATE FUNCTION outbox._read_page(eid integer, lim integer, verify boolean)
 RETURNS TABLE (id bigint, event_id uuid, deliver_at timestamptz, key text,
-               body text, header_lines text[], batch text, blocked boolean)
+               body text, header_lines text[], batch text, blocked boolean,
+               delivered boolean)
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -893,7 +906,10 @@ BEGIN
                    -- earlier event of its key that is still owed.
                    is_ordered AND e.key IS NOT NULL
                        AND EXISTS (SELECT 1 FROM outbox.retries r
-                                    WHERE r.endpoint_id = eid AND r.key = e.key)
+                                    WHERE r.endpoint_id = eid AND r.key = e.key),
+                   -- After a restart, the page that was in flight may hold
+                   -- events already answered with a 2xx: not sent again.
+                   verify AND outbox._delivered(eid, e.event_id, '-infinity')
               FROM outbox.events e
              WHERE e.id > pos.after_id
                AND e.txid >= pg_snapshot_xmin(pos.snap) AND e.txid < pg_snapshot_xmax(pos.next_snap)
@@ -912,17 +928,20 @@ BEGIN
     END LOOP;
 END
 $$;
-COMMENT ON FUNCTION outbox._read_page(integer, integer) IS 'internal: the next page of events owed to an endpoint by its position';
+COMMENT ON FUNCTION outbox._read_page(integer, integer, boolean) IS 'internal: the next page of events owed to an endpoint by its position';
 
 -- Events of an endpoint whose retry (or deliver_at) is due.
-CREATE FUNCTION outbox._read_due(eid integer, lim integer)
-RETURNS TABLE (id bigint, event_id uuid, attempts integer, key text, body text, header_lines text[])
+CREATE FUNCTION outbox._read_due(eid integer, lim integer, verify boolean)
+RETURNS TABLE (id bigint, event_id uuid, attempts integer, key text, body text, header_lines text[],
+               delivered boolean)
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT e.id, e.event_id, r.attempts, e.key,
            outbox._body(e.event_type, e.created_at, e.payload),
-           outbox._header_lines(e.headers)
+           outbox._header_lines(e.headers),
+           -- only a 2xx since it was queued: replay() re-sends on purpose
+           verify AND outbox._delivered(eid, e.event_id, r.queued_at)
       FROM outbox.retries r
       JOIN outbox.endpoints ep ON ep.id = r.endpoint_id
       JOIN outbox.events e ON e.id = r.id
@@ -934,12 +953,15 @@ AS $$
      ORDER BY r.next_at, r.id
      LIMIT lim
 $$;
-COMMENT ON FUNCTION outbox._read_due(integer, integer) IS 'internal: events whose retry or deliver_at has come, for one endpoint';
+COMMENT ON FUNCTION outbox._read_due(integer, integer, boolean) IS 'internal: events whose retry or deliver_at has come, for one endpoint';
 
 -- Record the outcomes of one page (or one set of due retries) of an
 -- endpoint in one statement: the attempt log, retries, dead letters, and
 -- for a page the endpoint's position.  outcome is 'delivered', 'retry',
--- 'dead' or 'deferred' (not sent yet: deliver_at is later).
+-- 'dead', 'deferred' (not sent: its deliver_at is later, or it waits behind
+-- its key) or 'already' (answered with a 2xx before a restart; not sent).
+-- batch is NULL while a page is still partly in flight: its finished
+-- deliveries are recorded early, and the position moves once it is done.
 CREATE FUNCTION outbox._record(
     eid integer, batch text, last_id bigint, batch_done boolean,
     ids bigint[], event_ids uuid[], attempts integer[], outcomes text[],
@@ -953,7 +975,8 @@ BEGIN
     INSERT INTO outbox.attempt_log (endpoint_id, id, event_id, attempt, duration_ms, status, error, response)
     SELECT eid, o.id, o.event_id, o.attempt, o.duration_ms, o.status, o.error, o.response
       FROM unnest(ids, event_ids, attempts, outcomes, next_ats, statuses, errors, durations, responses)
-                AS o(id, event_id, attempt, outcome, next_at, status, error, duration_ms, response) WHERE o.outcome <> 'deferred';
+                AS o(id, event_id, attempt, outcome, next_at, status, error, duration_ms, response)
+     WHERE o.outcome NOT IN ('deferred', 'already');
 
     INSERT INTO outbox.retries AS r (endpoint_id, id, event_id, key, attempts, next_at, last_status, last_error)
     SELECT eid, o.id, o.event_id, e.key, o.attempt, o.next_at, o.status, o.error
@@ -979,7 +1002,7 @@ BEGIN
 
     DELETE FROM outbox.retries r
      USING unnest(ids, outcomes) AS o(id, outcome)
-     WHERE r.endpoint_id = eid AND r.id = o.id AND o.outcome IN ('delivered', 'dead');
+     WHERE r.endpoint_id = eid AND r.id = o.id AND o.outcome IN ('delivered', 'dead', 'already');
 
     IF batch IS NOT NULL THEN
         IF batch_done THEN
@@ -996,7 +1019,7 @@ BEGIN
     WITH a AS (
         SELECT o.outcome, o.status, o.error, o.n
           FROM unnest(outcomes, statuses, errors) WITH ORDINALITY AS o(outcome, status, error, n)
-         WHERE o.outcome <> 'deferred'
+         WHERE o.outcome NOT IN ('deferred', 'already')
     ), s AS (
         SELECT max(n) FILTER (WHERE outcome = 'delivered') AS last_ok,
                count(*) FILTER (WHERE outcome <> 'delivered') AS fails,

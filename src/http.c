@@ -206,16 +206,22 @@ rebuild_wait_set(void)
 	watch_changed = false;
 }
 
+/*
+ * Connection limits.  There is no per-host limit in libcurl: it would count
+ * per host and port, so a slow endpoint could hold every connection to a
+ * host that a healthy endpoint shares.  The relay caps requests per
+ * endpoint itself (outbox.endpoint_concurrency).
+ */
 void
-http_configure(int max_total, int max_per_host)
+http_configure(int max_total)
 {
 	curl_multi_setopt(multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, (long) max_total);
-	curl_multi_setopt(multi, CURLMOPT_MAX_HOST_CONNECTIONS, (long) max_per_host);
+	curl_multi_setopt(multi, CURLMOPT_MAX_HOST_CONNECTIONS, 0L);
 	curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS, (long) max_total);
 }
 
 void
-http_start(int max_total, int max_per_host)
+http_start(int max_total)
 {
 	if (curl_global_init(CURL_GLOBAL_ALL) != CURLE_OK)
 		elog(ERROR, "could not initialize libcurl");
@@ -225,7 +231,7 @@ http_start(int max_total, int max_per_host)
 	curl_multi_setopt(multi, CURLMOPT_PIPELINING, CURLPIPE_MULTIPLEX);
 	curl_multi_setopt(multi, CURLMOPT_SOCKETFUNCTION, socket_cb);
 	curl_multi_setopt(multi, CURLMOPT_TIMERFUNCTION, timer_cb);
-	http_configure(max_total, max_per_host);
+	http_configure(max_total);
 }
 
 static size_t

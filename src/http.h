@@ -48,8 +48,8 @@ typedef struct HttpRequest
 	dlist_node	node;			/* in the in-flight list */
 } HttpRequest;
 
-extern void http_start(int max_total, int max_per_host);
-extern void http_configure(int max_total, int max_per_host);
+extern void http_start(int max_total);
+extern void http_configure(int max_total);
 extern void http_submit(HttpRequest *req);
 extern int	http_in_flight(void);
 extern bool http_wait(long timeout_ms);

@@ -43,6 +43,9 @@
 #include "store.h"
 #include "relay.h"
 
+/* How often a batch still partly in flight records what finished. */
+#define RECORD_INTERVAL_MS	10
+
 static MemoryContext relay_cxt = NULL;
 static HTAB *endpoints = NULL;
 static ResourceOwner relay_owner = NULL;
@@ -203,11 +206,20 @@ read_round(void)
 		Batch	   *b = dlist_container(Batch, node, dlist_pop_head_node(&unconfirmed));
 
 		b->pending = b->n;
+		b->last_flush = GetCurrentTimestamp();
 		for (int i = 0; i < b->n; i++)
 		{
-			b->d[i].state = DELIVERY_WAITING;
-			if (b->d[i].deferred)
-				defer(&b->d[i], b->d[i].deliver_at);
+			Delivery   *d = &b->d[i];
+
+			d->state = DELIVERY_WAITING;
+			if (d->already)
+			{
+				d->outcome = "already";
+				d->state = DELIVERY_DONE;
+				b->pending--;
+			}
+			else if (d->deferred)
+				defer(d, d->deliver_at);
 		}
 		dlist_push_tail(&active, &b->node);
 	}
@@ -284,7 +296,7 @@ submit(Delivery *d)
 	d->req.timeout_ms = ep->timeout_ms;
 	d->req.owner = d;
 	http_submit(&d->req);
-	d->batch->in_flight++;
+	ep->in_flight++;
 	in_flight++;
 }
 
@@ -320,13 +332,14 @@ pump(void)
 					all_settled = false;
 					continue;
 				}
-				if (strcmp(prev->outcome, "delivered") != 0 && strcmp(prev->outcome, "dead") != 0)
+				if (strcmp(prev->outcome, "delivered") != 0 && strcmp(prev->outcome, "dead") != 0 &&
+					strcmp(prev->outcome, "already") != 0)
 				{
 					defer(d, GetCurrentTimestamp());
 					continue;
 				}
 			}
-			if (in_flight >= outbox_max_concurrency || b->in_flight >= outbox_endpoint_concurrency)
+			if (in_flight >= outbox_max_concurrency || b->ep->in_flight >= outbox_endpoint_concurrency)
 			{
 				all_settled = false;
 				break;
@@ -374,7 +387,7 @@ collect(void)
 		d->outcome = policy_outcome_name(o);
 		d->state = DELIVERY_DONE;
 		b->pending--;
-		b->in_flight--;
+		b->ep->in_flight--;
 		in_flight--;
 		if (req->transport_error || o != OUTCOME_DELIVERED)
 			ereport(DEBUG1,
@@ -385,42 +398,80 @@ collect(void)
 }
 
 /*
- * Record every finished batch, each in its own short transaction so that
- * one that cannot be recorded (its endpoint was dropped) does not hold up
- * the others.  An unrecorded page is read and delivered again.
+ * Record what finished, per batch in its own short transaction so that one
+ * that cannot be recorded (its endpoint was dropped) does not hold up the
+ * others.  A batch still partly in flight records its finished deliveries
+ * at most every RECORD_INTERVAL_MS: that bounds what a crash can repeat to
+ * the requests in flight and those answered in the last interval (plus
+ * what an asynchronous commit had not flushed).  A finished page also moves
+ * its endpoint's position.  After a failed record the endpoint's next read
+ * skips events already answered with a 2xx.
  */
 static void
 record_round(void)
 {
 	MemoryContext cxt = CurrentMemoryContext;
+	TimestampTz now = GetCurrentTimestamp();
 	dlist_mutable_iter iter;
 
 	dlist_foreach_modify(iter, &active)
 	{
 		Batch	   *b = dlist_container(Batch, node, iter.cur);
+		bool		complete = b->pending == 0;
+		bool		ok = true;
+		int			ready = 0;
 
-		if (b->pending > 0)
+		for (int i = 0; i < b->n; i++)
+			if (b->d[i].state == DELIVERY_DONE && !b->d[i].recorded)
+				ready++;
+		if (!complete &&
+			(ready == 0 || !TimestampDifferenceExceeds(b->last_flush, now, RECORD_INTERVAL_MS)))
 			continue;
-		dlist_delete(iter.cur);
+
 		PG_TRY();
 		{
 			begin_tx("outbox: recording outcomes");
-			store_record(b);
+			store_record(b, complete);
 			end_tx();
-			/*
-			 * Read this endpoint again at once after a full page, and after
-			 * due retries, whose outcomes may have unblocked a key.
-			 */
-			if (!b->is_page || !b->batch_done)
-				b->ep->more = true;
-			ereport(DEBUG1,
-					(errmsg("outbox recorded %d deliveries to \"%s\"", b->n, b->ep->name)));
 		}
 		PG_CATCH();
 		{
 			recover(cxt);
+			ok = false;
 		}
 		PG_END_TRY();
+
+		b->last_flush = now;
+		if (ok)
+		{
+			for (int i = 0; i < b->n; i++)
+				if (b->d[i].state == DELIVERY_DONE)
+					b->d[i].recorded = true;
+			ereport(DEBUG1,
+					(errmsg("outbox recorded %d deliveries to \"%s\"", ready, b->ep->name)));
+		}
+		else if (b->is_page)
+			b->ep->verify_page = true;
+		else
+			b->ep->verify_due = true;
+
+		if (!complete)
+			continue;
+		if (ok)
+		{
+			if (b->is_page)
+				b->ep->verify_page = false;
+			else
+				b->ep->verify_due = false;
+		}
+
+		/*
+		 * Read this endpoint again at once after a full page, and after due
+		 * retries, whose outcomes may have unblocked a key.
+		 */
+		if (!b->is_page || !b->batch_done)
+			b->ep->more = true;
+		dlist_delete(iter.cur);
 		free_batch(b);
 	}
 }
@@ -469,7 +520,7 @@ outbox_relay_main(Datum arg)
 	ctl.hcxt = relay_cxt;
 	endpoints = hash_create("outbox endpoints", 64, &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
 
-	http_start(outbox_max_concurrency, outbox_endpoint_concurrency);
+	http_start(outbox_max_concurrency);
 	before_shmem_exit(relay_shmem_exit, (Datum) 0);
 	outbox_shmem_set_relay(MyProc->pgprocno);
 
@@ -485,7 +536,7 @@ outbox_relay_main(Datum arg)
 		{
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
-			http_configure(outbox_max_concurrency, outbox_endpoint_concurrency);
+			http_configure(outbox_max_concurrency);
 			ereport(LOG, (errmsg("outbox relay reloaded its configuration")));
 		}
 
@@ -498,8 +549,9 @@ outbox_relay_main(Datum arg)
 			read_round();
 		}
 
-		pump();
+		/* Collect first: finished requests make room for pump(). */
 		collect();
+		pump();
 		record_round();
 		if (want_more())
 		{

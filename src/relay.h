@@ -32,9 +32,12 @@ typedef struct RelayEndpoint
 	long		timeout_ms;
 	int			max_attempts;
 	bool		ordered;
+	int			in_flight;		/* its requests in flight */
 	struct Batch *page;			/* page of new events in flight, or NULL */
 	struct Batch *due;			/* due retries in flight, or NULL */
 	bool		more;			/* the last page was full: read again soon */
+	bool		verify_page;	/* skip events already answered with a 2xx: */
+	bool		verify_due;		/* set at start and after a failed record */
 } RelayEndpoint;
 
 typedef enum DeliveryState
@@ -57,6 +60,8 @@ typedef struct Delivery
 	int			attempt;		/* this attempt's number, 1-based */
 	bool		deferred;		/* not sent now: deliver_at is later, or an
 								 * earlier event of its key is still owed */
+	bool		already;		/* answered with a 2xx before a restart */
+	bool		recorded;		/* its outcome is committed */
 	TimestampTz deliver_at;
 	char	   *key;
 	char	   *body;
@@ -79,9 +84,9 @@ typedef struct Batch
 	int			n;
 	int			next_submit;	/* first delivery that may still wait */
 	int			pending;		/* deliveries without an outcome yet */
-	int			in_flight;
 	Delivery   *d;
 	const char *disable_reason;
+	TimestampTz last_flush;		/* when finished deliveries were last recorded */
 	dlist_node	node;			/* in the relay's list of batches */
 } Batch;
 

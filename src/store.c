@@ -122,6 +122,9 @@ store_load_endpoints(HTAB *endpoints, MemoryContext cxt)
 		if (!found)
 		{
 			memset(((char *) ep) + sizeof(int), 0, sizeof(RelayEndpoint) - sizeof(int));
+			/* What was in flight before we started may have arrived. */
+			ep->verify_page = true;
+			ep->verify_due = true;
 		}
 		else
 		{
@@ -233,20 +236,21 @@ link_same_key(Batch *b)
 Batch *
 store_read_page(RelayEndpoint *ep, int limit, MemoryContext parent)
 {
-	Datum		args[2];
+	Datum		args[3];
 	int			rc;
 	Batch	   *b;
 	MemoryContext old;
 
 	if (page_plan == NULL)
 	{
-		Oid			types[2] = {INT4OID, INT4OID};
+		Oid			types[3] = {INT4OID, INT4OID, BOOLOID};
 
-		page_plan = prepare("SELECT id, event_id, deliver_at, key, body, header_lines, batch, blocked "
-							"FROM outbox._read_page($1, $2)", 2, types);
+		page_plan = prepare("SELECT id, event_id, deliver_at, key, body, header_lines, batch, blocked, delivered "
+							"FROM outbox._read_page($1, $2, $3)", 3, types);
 	}
 	args[0] = Int32GetDatum(ep->id);
 	args[1] = Int32GetDatum(limit);
+	args[2] = BoolGetDatum(ep->verify_page);
 	rc = SPI_execute_plan(page_plan, args, NULL, false, 0);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "reading events failed: %s", SPI_result_code_string(rc));
@@ -280,6 +284,7 @@ store_read_page(RelayEndpoint *ep, int limit, MemoryContext parent)
 		if (i == 0)
 			b->snap = col_text(tup, desc, 7);
 		d->key = col_text(tup, desc, 4);
+		d->already = DatumGetBool(col_datum(tup, desc, 9, &isnull));
 	}
 	link_same_key(b);
 	b->last_id = b->d[b->n - 1].id;
@@ -292,20 +297,21 @@ store_read_page(RelayEndpoint *ep, int limit, MemoryContext parent)
 Batch *
 store_read_due(RelayEndpoint *ep, int limit, MemoryContext parent)
 {
-	Datum		args[2];
+	Datum		args[3];
 	int			rc;
 	Batch	   *b;
 	MemoryContext old;
 
 	if (due_plan == NULL)
 	{
-		Oid			types[2] = {INT4OID, INT4OID};
+		Oid			types[3] = {INT4OID, INT4OID, BOOLOID};
 
-		due_plan = prepare("SELECT id, event_id, attempts, key, body, header_lines "
-						   "FROM outbox._read_due($1, $2)", 2, types);
+		due_plan = prepare("SELECT id, event_id, attempts, key, body, header_lines, delivered "
+						   "FROM outbox._read_due($1, $2, $3)", 3, types);
 	}
 	args[0] = Int32GetDatum(ep->id);
 	args[1] = Int32GetDatum(limit);
+	args[2] = BoolGetDatum(ep->verify_due);
 	rc = SPI_execute_plan(due_plan, args, NULL, true, 0);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "reading due retries failed: %s", SPI_result_code_string(rc));
@@ -327,6 +333,7 @@ store_read_due(RelayEndpoint *ep, int limit, MemoryContext parent)
 		d->attempt = DatumGetInt32(col_datum(tup, desc, 3, &isnull)) + 1;
 		d->key = col_text(tup, desc, 4);
 		d->prev_same_key = -1;	/* _read_due sends one event per key */
+		d->already = DatumGetBool(col_datum(tup, desc, 7, &isnull));
 		d->body = TextDatumGetCString(col_datum(tup, desc, 5, &isnull));
 		copy_header_lines(d, col_datum(tup, desc, 6, &isnull));
 	}
@@ -348,27 +355,32 @@ build_array(Datum *values, bool *nulls, int n, Oid type)
 											  type, typlen, typbyval, typalign));
 }
 
-/* Record every outcome of a finished batch in one statement. */
-void
-store_record(Batch *b)
+/*
+ * Record, in one statement, the outcomes of the deliveries of b that are
+ * finished and not recorded yet; with complete (nothing of b left in
+ * flight), a page's position moves past it too.  Returns how many were
+ * recorded; the caller marks them once the transaction committed.
+ */
+int
+store_record(Batch *b, bool complete)
 {
-	int			n = b->n;
+	int			n = 0;
 	Datum		args[14];
 	char		argnulls[14];
-	Datum	   *ids = palloc(sizeof(Datum) * n);
-	Datum	   *event_ids = palloc(sizeof(Datum) * n);
-	Datum	   *attempts = palloc(sizeof(Datum) * n);
-	Datum	   *outcomes = palloc(sizeof(Datum) * n);
-	Datum	   *next_ats = palloc(sizeof(Datum) * n);
-	bool	   *next_nulls = palloc(sizeof(bool) * n);
-	Datum	   *statuses = palloc(sizeof(Datum) * n);
-	bool	   *status_nulls = palloc(sizeof(bool) * n);
-	Datum	   *errors = palloc(sizeof(Datum) * n);
-	bool	   *error_nulls = palloc(sizeof(bool) * n);
-	Datum	   *durations = palloc(sizeof(Datum) * n);
-	bool	   *duration_nulls = palloc(sizeof(bool) * n);
-	Datum	   *responses = palloc(sizeof(Datum) * n);
-	bool	   *response_nulls = palloc(sizeof(bool) * n);
+	Datum	   *ids = palloc(sizeof(Datum) * b->n);
+	Datum	   *event_ids = palloc(sizeof(Datum) * b->n);
+	Datum	   *attempts = palloc(sizeof(Datum) * b->n);
+	Datum	   *outcomes = palloc(sizeof(Datum) * b->n);
+	Datum	   *next_ats = palloc(sizeof(Datum) * b->n);
+	bool	   *next_nulls = palloc(sizeof(bool) * b->n);
+	Datum	   *statuses = palloc(sizeof(Datum) * b->n);
+	bool	   *status_nulls = palloc(sizeof(bool) * b->n);
+	Datum	   *errors = palloc(sizeof(Datum) * b->n);
+	bool	   *error_nulls = palloc(sizeof(bool) * b->n);
+	Datum	   *durations = palloc(sizeof(Datum) * b->n);
+	bool	   *duration_nulls = palloc(sizeof(bool) * b->n);
+	Datum	   *responses = palloc(sizeof(Datum) * b->n);
+	bool	   *response_nulls = palloc(sizeof(bool) * b->n);
 	int			rc;
 
 	if (record_plan == NULL)
@@ -382,26 +394,29 @@ store_record(Batch *b)
 							  14, types);
 	}
 
-	for (int i = 0; i < n; i++)
+	for (int i = 0; i < b->n; i++)
 	{
 		Delivery   *d = &b->d[i];
-		bool		sent = !d->deferred;
+		bool		sent = !d->deferred && !d->already;
 
-		ids[i] = Int64GetDatum(d->id);
-		event_ids[i] = UUIDPGetDatum(&d->event_id);
-		attempts[i] = Int32GetDatum(d->attempt);
-		outcomes[i] = CStringGetTextDatum(d->outcome);
-		next_nulls[i] = d->next_at == 0;
-		next_ats[i] = TimestampTzGetDatum(d->next_at);
-		status_nulls[i] = !sent || d->req.status == 0;
-		statuses[i] = Int32GetDatum((int32) d->req.status);
-		error_nulls[i] = !sent || d->req.error[0] == '\0';
-		errors[i] = error_nulls[i] ? (Datum) 0 : CStringGetTextDatum(d->req.error);
-		duration_nulls[i] = !sent;
-		durations[i] = Float4GetDatum((float4) d->req.duration_ms);
-		response_nulls[i] = !sent || d->req.response_len == 0;
-		responses[i] = response_nulls[i] ? (Datum) 0 :
+		if (d->state != DELIVERY_DONE || d->recorded)
+			continue;
+		ids[n] = Int64GetDatum(d->id);
+		event_ids[n] = UUIDPGetDatum(&d->event_id);
+		attempts[n] = Int32GetDatum(d->attempt);
+		outcomes[n] = CStringGetTextDatum(d->outcome);
+		next_nulls[n] = d->next_at == 0;
+		next_ats[n] = TimestampTzGetDatum(d->next_at);
+		status_nulls[n] = !sent || d->req.status == 0;
+		statuses[n] = Int32GetDatum((int32) d->req.status);
+		error_nulls[n] = !sent || d->req.error[0] == '\0';
+		errors[n] = error_nulls[n] ? (Datum) 0 : CStringGetTextDatum(d->req.error);
+		duration_nulls[n] = !sent;
+		durations[n] = Float4GetDatum((float4) d->req.duration_ms);
+		response_nulls[n] = !sent || d->req.response_len == 0;
+		responses[n] = response_nulls[n] ? (Datum) 0 :
 			PointerGetDatum(cstring_to_text_with_len(d->req.response, d->req.response_len));
+		n++;
 	}
 
 	args[0] = Int32GetDatum(b->ep->id);
@@ -420,7 +435,8 @@ store_record(Batch *b)
 	args[13] = b->disable_reason ? CStringGetTextDatum(b->disable_reason) : (Datum) 0;
 	for (int i = 0; i < 14; i++)
 		argnulls[i] = ' ';
-	if (b->snap == NULL || !b->is_page)
+	/* The position moves only once nothing of the page is in flight. */
+	if (b->snap == NULL || !b->is_page || !complete)
 		argnulls[1] = 'n';
 	if (b->disable_reason == NULL)
 		argnulls[13] = 'n';
@@ -428,4 +444,5 @@ store_record(Batch *b)
 	rc = SPI_execute_plan(record_plan, args, argnulls, false, 0);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "recording outcomes failed: %s", SPI_result_code_string(rc));
+	return n;
 }

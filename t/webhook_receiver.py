@@ -85,6 +85,8 @@ def main():
     ap.add_argument("--port-file", required=True)
     ap.add_argument("--port", type=int, default=0)
     args = ap.parse_args()
+    # A deep accept queue: the relay opens many connections at once.
+    ThreadingHTTPServer.request_queue_size = 128
     server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
     server.daemon_threads = True
     server.log_path = args.log

@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# scripts/test.sh: install what is missing, build and install outbox, then run
+# the whole suite (pg_regress, pg_isolation_regress, TAP) as the postgres user
+# in a scratch copy of the tree under /tmp.  Run as root, from anywhere.
+# Ends with the line "N passed, N failed" and exits non-zero on any failure.
+# OUTBOX_ASSERT=1 is accepted and, for now, ignored.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
+
+# The same messages and collation on every machine, and no stray connection
+# settings: every instance the suite uses is private.
+export LC_ALL=C.UTF-8
+unset PGHOST PGHOSTADDR PGPORT PGDATA PGDATABASE PGUSER PGSERVICE PGOPTIONS
+
+bash "$ROOT/scripts/deps.sh"
+
+SCRATCH=$(mktemp -d /tmp/outbox-test.XXXXXX)
+
+# Stop any server still running from the scratch dir (a postmaster's working
+# directory is its data directory), then remove the scratch dir.
+cleanup()
+{
+	local pidfile pid proc
+	for pidfile in $(find "$SCRATCH" -name postmaster.pid 2>/dev/null); do
+		pid=$(head -n 1 "$pidfile" 2>/dev/null || true)
+		if [ -n "$pid" ] && [[ "$(readlink "/proc/$pid/cwd" 2>/dev/null)" == "$SCRATCH"/* ]]; then
+			echo "test.sh: stopping leftover server $pid"
+			kill -QUIT "$pid" 2>/dev/null || true
+			for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+		fi
+	done
+	for proc in /proc/[0-9]*; do
+		case "$(readlink "$proc/cwd" 2>/dev/null)" in
+		"$SCRATCH" | "$SCRATCH"/*)
+			kill -KILL "${proc#/proc/}" 2>/dev/null || true ;;
+		esac
+	done
+	rm -rf "$SCRATCH"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# Run as postgres in the scratch dir; temporary files (pg_regress's and TAP's
+# socket directories) go inside it too, so nothing outlives the run.
+as_postgres()
+{
+	(cd "$SCRATCH" && TMPDIR="$SCRATCH/tmp" runuser -u postgres -- "$@")
+}
+
+pgmake()
+{
+	as_postgres make -C "$SCRATCH" PG_CONFIG="$PG_CONFIG" "$@"
+}
+
+# Copy the files git knows about (tracked, plus untracked files that are not
+# ignored); outside git, copy everything but .git.
+echo "== copying $ROOT to $SCRATCH"
+if command -v git >/dev/null && git -C "$ROOT" rev-parse --git-dir >/dev/null 2>&1; then
+	(cd "$ROOT" && git ls-files -z -co --exclude-standard |
+		while IFS= read -r -d '' f; do
+			if [ -e "$f" ]; then printf '%s\0' "$f"; fi
+		done | tar --null -T - -cf -) | tar -xf - -C "$SCRATCH"
+else
+	tar -C "$ROOT" --exclude=.git -cf - . | tar -xf - -C "$SCRATCH"
+fi
+mkdir "$SCRATCH/tmp"
+chown -R postgres:postgres "$SCRATCH"
+
+echo "== building and installing"
+if ! { pgmake clean >/dev/null &&
+	pgmake &&
+	make -C "$SCRATCH" PG_CONFIG="$PG_CONFIG" install; }; then
+	echo "test.sh: build or install failed"
+	echo "0 passed, 1 failed"
+	exit 1
+fi
+
+PASSED=0
+FAILED=0
+
+# show_file FILE LINES: print the last LINES lines of FILE, if it exists.
+show_file()
+{
+	if [ -f "$1" ]; then
+		echo "----- $1 (last $2 lines)"
+		tail -n "$2" "$1"
+	fi
+}
+
+# PGXS installcheck runs pg_regress, then pg_isolation_regress, then prove,
+# and stops at the first that fails.  Run each on its own (by blanking the
+# other two) so one failing tier does not hide the results of the others.
+run_tier()
+{
+	local name=$1 log="$SCRATCH/$1.log" rc=0 passed failed files t f
+	shift
+	echo "== $name"
+	pgmake "$@" installcheck 2>&1 | tee "$log" || rc=$?
+	case $rc in 130 | 143) exit "$rc" ;; esac    # interrupted: stop here
+
+	if [ "$name" = tap ]; then
+		# prove: "Files=N, Tests=M, ..."; a failed file is listed in the
+		# summary report as "t/NNN_name.pl (Wstat: ...)".
+		files=$(sed -n 's/^Files=\([0-9]*\),.*/\1/p' "$log" | tail -n 1)
+		failed=$(grep -cE '^\S+\.pl +\(Wstat: ' "$log" || true)
+		passed=$(( ${files:-0} - failed ))
+	else
+		# pg_regress: "test name ... ok" or "... FAILED" / "... failed".
+		passed=$(grep -cE '\.\.\. ok\b' "$log" || true)
+		failed=$(grep -cE '\.\.\. (FAILED|failed)\b' "$log" || true)
+	fi
+	if [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ]; then
+		failed=1    # the runner itself failed (initdb, start, crash, ...)
+	fi
+	if [ "$failed" -gt 0 ]; then
+		case $name in
+		regress)
+			show_file "$SCRATCH/regression.diffs" 1000
+			show_file "$SCRATCH/log/postmaster.log" 40 ;;
+		isolation)
+			show_file "$SCRATCH/output_iso/regression.diffs" 1000
+			show_file "$SCRATCH/output_iso/log/postmaster.log" 40 ;;
+		tap)
+			# the logs of each failed test file: regress_log_NNN_x, NNN_x_*.log
+			for t in $(sed -nE 's/^t\/(\S+)\.pl +\(Wstat: .*/\1/p' "$log"); do
+				for f in "$SCRATCH/tmp_check/log/regress_log_$t" "$SCRATCH/tmp_check/log/${t}"_*.log; do
+					show_file "$f" 80
+				done
+			done ;;
+		esac
+	fi
+	echo "== $name: $passed passed, $failed failed"
+	PASSED=$((PASSED + passed))
+	FAILED=$((FAILED + failed))
+}
+
+run_tier regress ISOLATION= TAP_TESTS=
+run_tier isolation REGRESS= TAP_TESTS=
+if compgen -G "$SCRATCH/t/*.pl" >/dev/null; then
+	run_tier tap REGRESS= ISOLATION=
+fi
+
+echo "$PASSED passed, $FAILED failed"
+[ "$FAILED" -eq 0 ]

@@ -776,9 +776,10 @@ AS $$
     SELECT 'oldest undelivered',
            CASE WHEN coalesce(b.oldest_age, '0') > outbox._setting_interval('outbox.alert_after', '30 seconds')
                 THEN 'warning' ELSE 'ok' END,
-           format('%s deliveries waiting, oldest %s old (alert after %s)', b.deliveries_waiting,
-                  coalesce(date_trunc('second', b.oldest_age)::text, '-'),
-                  outbox._setting_interval('outbox.alert_after', '30 seconds'))
+           CASE WHEN b.deliveries_waiting = 0 THEN 'nothing waiting'
+                ELSE format('%s deliveries waiting, the oldest for %s (warning after %s)',
+                            b.deliveries_waiting, date_trunc('second', b.oldest_age),
+                            outbox._setting_interval('outbox.alert_after', '30 seconds')) END
       FROM outbox.backlog b
     UNION ALL
     SELECT 'dead letters',

@@ -140,6 +140,12 @@ heading "outbox.events"
 psql_demo -c 'SELECT id, event_id, event_type, key, payload FROM outbox.events ORDER BY id;'
 
 heading "delivery"
+# The relay registers at server start; give it a moment to show up.
+for _ in $(seq 50); do
+	relays=$(psql_demo -At -c "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'outbox relay'")
+	[ "$relays" -gt 0 ] && break
+	sleep 0.1
+done
 relays=$(psql_demo -At -c "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'outbox relay'")
 if [ "$relays" -eq 0 ]; then
 	echo "No relay is running yet: delivery comes with the relay, so this demo"
@@ -170,3 +176,8 @@ if [ "$received" -ne 3 ]; then
 fi
 echo
 echo "All 3 committed events were delivered; the rolled-back one was not."
+
+heading "what operators see"
+psql_demo -c "SELECT endpoint, event_type, attempt, status, round(duration_ms::numeric, 1) AS ms FROM outbox.attempts ORDER BY at"
+psql_demo -c "SELECT name, state, events_waiting, in_retry, dead, last_success_at IS NOT NULL AS has_succeeded FROM outbox.endpoint_status"
+psql_demo -c "SELECT * FROM outbox.health()"

@@ -85,8 +85,19 @@ CREATE TABLE outbox.endpoints (
     disabled_at     timestamptz,
     disabled_reason text,
     created_at      timestamptz NOT NULL DEFAULT now(),
-    updated_at      timestamptz NOT NULL DEFAULT now(),
-    -- Delivery health, updated by the relay once per recorded batch.
+    updated_at      timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE outbox.endpoints IS 'webhook endpoints and what they subscribe to; change through the endpoint functions';
+COMMENT ON COLUMN outbox.endpoints.event_types IS 'patterns: exact type, "*", or a prefix ending in "*" (e.g. "booking.*")';
+COMMENT ON COLUMN outbox.endpoints.ordered IS 'deliver events of one key one after another';
+COMMENT ON COLUMN outbox.endpoints.paused IS 'set by pause_endpoint(); events wait';
+COMMENT ON COLUMN outbox.endpoints.disabled_at IS 'set when the relay disabled the endpoint (see disabled_reason); events wait';
+
+-- Delivery health, written by the relay once per recorded batch.  Apart
+-- from outbox.endpoints so that an administrator's open transaction on an
+-- endpoint never makes the relay wait.
+CREATE TABLE outbox.endpoint_health (
+    endpoint_id          integer PRIMARY KEY REFERENCES outbox.endpoints (id) ON DELETE CASCADE,
     last_success_at      timestamptz,
     last_failure_at      timestamptz,
     last_failure_status  integer,
@@ -94,12 +105,8 @@ CREATE TABLE outbox.endpoints (
     consecutive_failures integer NOT NULL DEFAULT 0,
     failing_since        timestamptz
 );
-COMMENT ON TABLE outbox.endpoints IS 'webhook endpoints and what they subscribe to; change through the endpoint functions';
-COMMENT ON COLUMN outbox.endpoints.event_types IS 'patterns: exact type, "*", or a prefix ending in "*" (e.g. "booking.*")';
-COMMENT ON COLUMN outbox.endpoints.ordered IS 'deliver events of one key one after another';
-COMMENT ON COLUMN outbox.endpoints.paused IS 'set by pause_endpoint(); events wait';
-COMMENT ON COLUMN outbox.endpoints.failing_since IS 'first failure since the last success; the relay disables the endpoint when it is older than outbox.disable_after';
-COMMENT ON COLUMN outbox.endpoints.disabled_at IS 'set when the relay disabled the endpoint (see disabled_reason); events wait';
+COMMENT ON TABLE outbox.endpoint_health IS 'per endpoint: last success and failure, consecutive failures; written by the relay';
+COMMENT ON COLUMN outbox.endpoint_health.failing_since IS 'first failure since the last success; the relay disables the endpoint when it is older than outbox.disable_after';
 
 -- Secrets are kept apart so that endpoints can be shown to a monitoring role
 -- without them.
@@ -205,6 +212,7 @@ SELECT pg_catalog.pg_extension_config_dump('outbox.dedupe', '');
 SELECT pg_catalog.pg_extension_config_dump('outbox.endpoints', '');
 SELECT pg_catalog.pg_extension_config_dump('outbox.endpoints_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('outbox.endpoint_secrets', '');
+SELECT pg_catalog.pg_extension_config_dump('outbox.endpoint_health', '');
 SELECT pg_catalog.pg_extension_config_dump('outbox.positions', '');
 SELECT pg_catalog.pg_extension_config_dump('outbox.inbox', '');
 SELECT pg_catalog.pg_extension_config_dump('outbox.retries', '');
@@ -437,6 +445,7 @@ BEGIN
     VALUES (name, the_url, types, hdrs, ordered, timeout, max_attempts)
     RETURNING id INTO eid;
     INSERT INTO outbox.endpoint_secrets (endpoint_id, secret) VALUES (eid, the_secret);
+    INSERT INTO outbox.endpoint_health (endpoint_id) VALUES (eid);
     INSERT INTO outbox.positions (endpoint_id, snap) VALUES (eid, outbox._start_snapshot());
     RETURN the_secret;
 EXCEPTION
@@ -529,11 +538,11 @@ BEGIN
     UPDATE outbox.retries r SET next_at = now()
      WHERE r.endpoint_id = eid AND r.attempts > 0 AND r.next_at > now()
        AND EXISTS (SELECT 1 FROM outbox.endpoints e WHERE e.id = eid AND e.disabled_at IS NOT NULL);
-    -- A resumed endpoint gets a fresh outbox.disable_after window.
     UPDATE outbox.endpoints
-       SET paused = false, disabled_at = NULL, disabled_reason = NULL,
-           failing_since = NULL, updated_at = now()
+       SET paused = false, disabled_at = NULL, disabled_reason = NULL, updated_at = now()
      WHERE id = eid;
+    -- A resumed endpoint gets a fresh outbox.disable_after window.
+    UPDATE outbox.endpoint_health SET failing_since = NULL WHERE endpoint_id = eid;
 END
 $$;
 COMMENT ON FUNCTION outbox.resume_endpoint(text) IS 'deliver to a paused or disabled endpoint again, starting with the events that waited (a disabled endpoint''s retries become due at once)';
@@ -711,15 +720,16 @@ SELECT ep.name,
        now() - least(u.oldest, r.oldest) AS oldest_waiting_age,
        coalesce(r.failed, 0) AS in_retry,
        (SELECT count(*) FROM outbox.dead_letter_log d WHERE d.endpoint_id = ep.id) AS dead,
-       ep.last_success_at,
-       ep.last_failure_at,
-       ep.last_failure_status,
-       ep.last_failure_error,
-       ep.consecutive_failures,
+       h.last_success_at,
+       h.last_failure_at,
+       h.last_failure_status,
+       h.last_failure_error,
+       h.consecutive_failures,
        ep.url,
        ep.event_types,
        ep.ordered
   FROM outbox.endpoints ep
+  JOIN outbox.endpoint_health h ON h.endpoint_id = ep.id
   CROSS JOIN LATERAL outbox._unread(ep.id) u
   LEFT JOIN LATERAL (
         SELECT count(*) AS n, count(*) FILTER (WHERE rr.attempts > 0) AS failed,
@@ -874,7 +884,9 @@ BEGIN
     -- At most twice: an open batch found empty is closed, then a new one
     -- is opened from the current snapshot.
     FOR attempt IN 1..2 LOOP
-        SELECT * INTO pos FROM outbox.positions p WHERE p.endpoint_id = eid;
+        -- A position locked by a concurrent drop_endpoint() is left alone.
+        SELECT * INTO pos FROM outbox.positions p WHERE p.endpoint_id = eid
+           FOR UPDATE SKIP LOCKED;
         IF NOT FOUND THEN
             RETURN;
         END IF;
@@ -968,11 +980,20 @@ CREATE FUNCTION outbox._record(
     ids bigint[], event_ids uuid[], attempts integer[], outcomes text[],
     next_ats timestamptz[], statuses integer[], errors text[],
     durations real[], responses text[], disable_reason text)
-RETURNS void
+RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+    -- Hold the endpoint against a concurrent drop, without waiting: one
+    -- relay serves every endpoint, so it must not queue behind an open
+    -- transaction.  Locked: false, the relay tries again later.  Gone:
+    -- there is nothing left to record for it.
+    PERFORM 1 FROM outbox.endpoints WHERE id = eid FOR KEY SHARE SKIP LOCKED;
+    IF NOT FOUND THEN
+        RETURN NOT EXISTS (SELECT 1 FROM outbox.endpoints WHERE id = eid);
+    END IF;
+
     INSERT INTO outbox.attempt_log (endpoint_id, id, event_id, attempt, duration_ms, status, error, response)
     SELECT eid, o.id, o.event_id, o.attempt, o.duration_ms, o.status, o.error, o.response
       FROM unnest(ids, event_ids, attempts, outcomes, next_ats, statuses, errors, durations, responses)
@@ -1027,29 +1048,37 @@ BEGIN
                max(n) FILTER (WHERE outcome <> 'delivered') AS last_fail
           FROM a
     )
-    UPDATE outbox.endpoints ep
-       SET last_success_at = CASE WHEN s.last_ok IS NOT NULL THEN now() ELSE ep.last_success_at END,
-           last_failure_at = CASE WHEN s.fails > 0 THEN now() ELSE ep.last_failure_at END,
+    -- (skipped for this batch if resume_endpoint() holds the row)
+    UPDATE outbox.endpoint_health h
+       SET last_success_at = CASE WHEN s.last_ok IS NOT NULL THEN now() ELSE h.last_success_at END,
+           last_failure_at = CASE WHEN s.fails > 0 THEN now() ELSE h.last_failure_at END,
            last_failure_status = CASE WHEN s.fails > 0 THEN (SELECT a.status FROM a WHERE a.n = s.last_fail)
-                                      ELSE ep.last_failure_status END,
+                                      ELSE h.last_failure_status END,
            last_failure_error = CASE WHEN s.fails > 0 THEN (SELECT a.error FROM a WHERE a.n = s.last_fail)
-                                     ELSE ep.last_failure_error END,
-           consecutive_failures = CASE WHEN s.last_ok IS NULL THEN ep.consecutive_failures + s.fails
+                                     ELSE h.last_failure_error END,
+           consecutive_failures = CASE WHEN s.last_ok IS NULL THEN h.consecutive_failures + s.fails
                                        ELSE (SELECT count(*) FROM a WHERE a.n > s.last_ok AND a.outcome <> 'delivered') END,
            failing_since = CASE WHEN s.last_ok IS NOT NULL AND coalesce(s.last_fail < s.last_ok, true) THEN NULL
-                                WHEN s.fails > 0 THEN coalesce(ep.failing_since, now())
-                                ELSE ep.failing_since END
+                                WHEN s.fails > 0 THEN coalesce(h.failing_since, now())
+                                ELSE h.failing_since END
       FROM s
-     WHERE ep.id = eid AND (s.last_ok IS NOT NULL OR s.fails > 0);
+     WHERE h.endpoint_id = eid AND (s.last_ok IS NOT NULL OR s.fails > 0)
+       AND h.endpoint_id IN (SELECT endpoint_id FROM outbox.endpoint_health
+                              WHERE endpoint_id = eid FOR UPDATE SKIP LOCKED);
 
+    -- Disable when asked to, or after outbox.disable_after of failures;
+    -- if an administrator holds the endpoint, the next batch decides.
     UPDATE outbox.endpoints ep
        SET disabled_at = now(), updated_at = now(),
            disabled_reason = coalesce(disable_reason,
                                       format('no successful delivery since %s (outbox.disable_after is %s)',
-                                             ep.failing_since, outbox._setting_interval('outbox.disable_after', '5 days')))
-     WHERE ep.id = eid AND ep.disabled_at IS NULL
+                                             h.failing_since, outbox._setting_interval('outbox.disable_after', '5 days')))
+      FROM outbox.endpoint_health h
+     WHERE ep.id = eid AND h.endpoint_id = eid AND ep.disabled_at IS NULL
        AND (disable_reason IS NOT NULL
-            OR ep.failing_since < now() - outbox._setting_interval('outbox.disable_after', '5 days'));
+            OR h.failing_since < now() - outbox._setting_interval('outbox.disable_after', '5 days'))
+       AND ep.id IN (SELECT id FROM outbox.endpoints WHERE id = eid FOR NO KEY UPDATE SKIP LOCKED);
+    RETURN true;
 END
 $$;
 COMMENT ON FUNCTION outbox._record(integer, text, bigint, boolean, bigint[], uuid[], integer[], text[], timestamptz[], integer[], text[], real[], text[], text) IS

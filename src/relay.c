@@ -45,6 +45,10 @@
 
 /* How often a batch still partly in flight records what finished. */
 #define RECORD_INTERVAL_MS	10
+/* After a record failed or found its endpoint busy, try again after this. */
+#define RECORD_RETRY_MS		200
+/* Failing deliveries are reported at most this often per endpoint. */
+#define WARNING_INTERVAL_MS	60000
 
 static MemoryContext relay_cxt = NULL;
 static HTAB *endpoints = NULL;
@@ -81,6 +85,7 @@ relay_shmem_exit(int code, Datum arg)
 {
 	outbox_shmem_set_relay(-1);
 	http_abandon_all();
+	ereport(LOG, (errmsg("outbox relay stopping")));
 }
 
 static void
@@ -356,6 +361,33 @@ pump(void)
 	}
 }
 
+/*
+ * Say that deliveries to an endpoint fail, at most once a minute per
+ * endpoint; the attempt log has every failure.
+ */
+static void
+warn_failure(RelayEndpoint *ep, HttpRequest *req)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	ep->failures_unreported++;
+	if (ep->last_warning != 0 &&
+		!TimestampDifferenceExceeds(ep->last_warning, now, WARNING_INTERVAL_MS))
+		return;
+	if (req->transport_error)
+		ereport(WARNING,
+				(errmsg("outbox deliveries to endpoint \"%s\" are failing", ep->name),
+				 errdetail("%d failed since the last report; the latest: %s.",
+						   ep->failures_unreported, req->error)));
+	else
+		ereport(WARNING,
+				(errmsg("outbox deliveries to endpoint \"%s\" are failing", ep->name),
+				 errdetail("%d failed since the last report; the latest got HTTP status %ld.",
+						   ep->failures_unreported, req->status)));
+	ep->last_warning = now;
+	ep->failures_unreported = 0;
+}
+
 /* Turn finished requests into outcomes. */
 static void
 collect(void)
@@ -389,11 +421,8 @@ collect(void)
 		b->pending--;
 		b->ep->in_flight--;
 		in_flight--;
-		if (req->transport_error || o != OUTCOME_DELIVERED)
-			ereport(DEBUG1,
-					(errmsg("outbox delivery of %s to \"%s\" failed: %s",
-							d->event_id_str, b->ep->name,
-							req->transport_error ? req->error : psprintf("HTTP %ld", req->status))));
+		if (o != OUTCOME_DELIVERED)
+			warn_failure(b->ep, req);
 	}
 }
 
@@ -419,19 +448,24 @@ record_round(void)
 		Batch	   *b = dlist_container(Batch, node, iter.cur);
 		bool		complete = b->pending == 0;
 		bool		ok = true;
+		bool		recorded = false;
 		int			ready = 0;
 
 		for (int i = 0; i < b->n; i++)
 			if (b->d[i].state == DELIVERY_DONE && !b->d[i].recorded)
 				ready++;
-		if (!complete &&
-			(ready == 0 || !TimestampDifferenceExceeds(b->last_flush, now, RECORD_INTERVAL_MS)))
+		if (!complete && ready == 0)
+			continue;
+		/* Partial progress, and retries after a refusal, wait a while. */
+		if ((!complete || b->record_failed) &&
+			!TimestampDifferenceExceeds(b->last_flush,
+										now, b->record_failed ? RECORD_RETRY_MS : RECORD_INTERVAL_MS))
 			continue;
 
 		PG_TRY();
 		{
 			begin_tx("outbox: recording outcomes");
-			store_record(b, complete);
+			recorded = store_record(b, complete);
 			end_tx();
 		}
 		PG_CATCH();
@@ -442,7 +476,8 @@ record_round(void)
 		PG_END_TRY();
 
 		b->last_flush = now;
-		if (ok)
+		b->record_failed = !recorded;
+		if (recorded)
 		{
 			for (int i = 0; i < b->n; i++)
 				if (b->d[i].state == DELIVERY_DONE)
@@ -450,14 +485,19 @@ record_round(void)
 			ereport(DEBUG1,
 					(errmsg("outbox recorded %d deliveries to \"%s\"", ready, b->ep->name)));
 		}
-		else if (b->is_page)
+		else if (!ok && b->is_page)
 			b->ep->verify_page = true;
-		else
+		else if (!ok)
 			b->ep->verify_due = true;
 
-		if (!complete)
+		/*
+		 * A batch is done once complete and recorded.  One whose record
+		 * failed is given up (its events are read again, skipping those
+		 * answered with a 2xx); one whose endpoint was busy is kept.
+		 */
+		if (!complete || (ok && !recorded))
 			continue;
-		if (ok)
+		if (recorded)
 		{
 			if (b->is_page)
 				b->ep->verify_page = false;
@@ -498,6 +538,7 @@ outbox_relay_main(Datum arg)
 {
 	char		dbname[BGW_EXTRALEN];
 	HASHCTL		ctl;
+	MemoryContext loop_cxt;
 	bool		read_now = true;
 	TimestampTz last_read = 0;
 
@@ -511,6 +552,8 @@ outbox_relay_main(Datum arg)
 	pgstat_report_appname("outbox relay");
 	/* Losing the relay's own last commit can only repeat a delivery. */
 	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
+	/* A lock held by another transaction fails a step, never stalls all. */
+	SetConfigOption("lock_timeout", "1s", PGC_SUSET, PGC_S_OVERRIDE);
 
 	relay_cxt = AllocSetContextCreate(TopMemoryContext, "outbox relay", ALLOCSET_DEFAULT_SIZES);
 	relay_owner = ResourceOwnerCreate(NULL, "outbox relay");
@@ -526,11 +569,15 @@ outbox_relay_main(Datum arg)
 
 	ereport(LOG, (errmsg("outbox relay started for database \"%s\"", dbname)));
 
+	loop_cxt = AllocSetContextCreate(relay_cxt, "outbox relay loop", ALLOCSET_DEFAULT_SIZES);
 	for (;;)
 	{
 		TimestampTz now;
 		long		until_poll;
 
+		/* Scratch memory of one iteration; batches have their own. */
+		MemoryContextReset(loop_cxt);
+		MemoryContextSwitchTo(loop_cxt);
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
 		{

@@ -38,6 +38,8 @@ typedef struct RelayEndpoint
 	bool		more;			/* the last page was full: read again soon */
 	bool		verify_page;	/* skip events already answered with a 2xx: */
 	bool		verify_due;		/* set at start and after a failed record */
+	TimestampTz last_warning;	/* last "deliveries are failing" report */
+	int			failures_unreported;
 } RelayEndpoint;
 
 typedef enum DeliveryState
@@ -87,6 +89,7 @@ typedef struct Batch
 	Delivery   *d;
 	const char *disable_reason;
 	TimestampTz last_flush;		/* when finished deliveries were last recorded */
+	bool		record_failed;	/* the last record failed or was refused */
 	dlist_node	node;			/* in the relay's list of batches */
 } Batch;
 

@@ -58,7 +58,7 @@ store_forget_plans(void)
 	}
 }
 
-/* Is the extension installed, and not being created or dropped by us? */
+/* Is the extension installed in this database (as seen by our snapshot)? */
 bool
 store_extension_ready(void)
 {
@@ -358,10 +358,12 @@ build_array(Datum *values, bool *nulls, int n, Oid type)
 /*
  * Record, in one statement, the outcomes of the deliveries of b that are
  * finished and not recorded yet; with complete (nothing of b left in
- * flight), a page's position moves past it too.  Returns how many were
- * recorded; the caller marks them once the transaction committed.
+ * flight), a page's position moves past it too.  Returns false when a
+ * concurrent transaction holds the endpoint (nothing was recorded: try
+ * again later); true otherwise, also when the endpoint is gone.  The
+ * caller marks the deliveries recorded once the transaction committed.
  */
-int
+bool
 store_record(Batch *b, bool complete)
 {
 	int			n = 0;
@@ -442,7 +444,11 @@ store_record(Batch *b, bool complete)
 		argnulls[13] = 'n';
 
 	rc = SPI_execute_plan(record_plan, args, argnulls, false, 0);
-	if (rc != SPI_OK_SELECT)
+	if (rc != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "recording outcomes failed: %s", SPI_result_code_string(rc));
-	return n;
+	{
+		bool		isnull;
+
+		return DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	}
 }

@@ -240,9 +240,13 @@ COMMENT ON FUNCTION outbox.emit(text, jsonb, text, jsonb, timestamptz, text) IS
 -- The capture trigger turns row changes into events: prefix.inserted,
 -- prefix.updated (payload {"old": ..., "new": ...}) and prefix.deleted, keyed
 -- by the primary key or by the column named in the second argument.
+-- Not SECURITY DEFINER: to_jsonb() of a row can run functions of the
+-- table owner's choosing (casts of its column types), which must not run
+-- with the extension owner's rights.  The writing role needs EXECUTE on
+-- outbox.emit(), which does run as the owner.
 CREATE FUNCTION outbox.capture()
 RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER
+LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -362,6 +366,9 @@ AS $$
 DECLARE
     eid integer;
 BEGIN
+    IF name IS NULL THEN
+        RAISE EXCEPTION 'endpoint name must not be NULL' USING ERRCODE = '22004';
+    END IF;
     SELECT e.id INTO eid FROM outbox.endpoints e WHERE e.name = _endpoint_id.name;
     IF eid IS NULL THEN
         RAISE EXCEPTION 'endpoint "%" does not exist', name USING ERRCODE = '42704';
@@ -395,6 +402,11 @@ COMMENT ON FUNCTION outbox._start_snapshot() IS 'internal: current snapshot with
 ----------------------------------------------------------------------------
 -- Endpoint administration
 ----------------------------------------------------------------------------
+
+CREATE FUNCTION outbox._wake_at_commit() RETURNS void
+LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'outbox_wake_at_commit';
+COMMENT ON FUNCTION outbox._wake_at_commit() IS 'internal: at commit, make the relay reread endpoints and look for work';
+
 
 CREATE FUNCTION outbox.create_endpoint(
     name         text,
@@ -447,6 +459,7 @@ BEGIN
     INSERT INTO outbox.endpoint_secrets (endpoint_id, secret) VALUES (eid, the_secret);
     INSERT INTO outbox.endpoint_health (endpoint_id) VALUES (eid);
     INSERT INTO outbox.positions (endpoint_id, snap) VALUES (eid, outbox._start_snapshot());
+    PERFORM outbox._wake_at_commit();
     RETURN the_secret;
 EXCEPTION
     WHEN unique_violation THEN
@@ -496,6 +509,7 @@ BEGIN
            SET secret = the_secret, previous_secret = NULL, previous_expires_at = NULL
          WHERE endpoint_id = eid;
     END IF;
+    PERFORM outbox._wake_at_commit();
 END
 $$;
 COMMENT ON FUNCTION outbox.alter_endpoint(text, text, text[], text, jsonb, boolean, interval, integer) IS
@@ -509,6 +523,7 @@ DECLARE
     eid integer := outbox._endpoint_id(drop_endpoint.name);
 BEGIN
     DELETE FROM outbox.endpoints WHERE id = eid;
+    PERFORM outbox._wake_at_commit();
 END
 $$;
 COMMENT ON FUNCTION outbox.drop_endpoint(text) IS 'remove an endpoint with its secret and position; its undelivered events are not sent';
@@ -522,6 +537,7 @@ DECLARE
 BEGIN
     UPDATE outbox.endpoints SET paused = true, updated_at = now()
      WHERE id = eid;
+    PERFORM outbox._wake_at_commit();
 END
 $$;
 COMMENT ON FUNCTION outbox.pause_endpoint(text) IS 'stop delivering to an endpoint; its events wait until resume_endpoint()';
@@ -543,6 +559,7 @@ BEGIN
      WHERE id = eid;
     -- A resumed endpoint gets a fresh outbox.disable_after window.
     UPDATE outbox.endpoint_health SET failing_since = NULL WHERE endpoint_id = eid;
+    PERFORM outbox._wake_at_commit();
 END
 $$;
 COMMENT ON FUNCTION outbox.resume_endpoint(text) IS 'deliver to a paused or disabled endpoint again, starting with the events that waited (a disabled endpoint''s retries become due at once)';
@@ -625,6 +642,7 @@ BEGIN
            previous_expires_at = now() + outbox._setting_interval('outbox.secret_overlap', '24 hours'),
            secret = the_secret
      WHERE endpoint_id = eid;
+    PERFORM outbox._wake_at_commit();
     RETURN the_secret;
 END
 $$;
@@ -649,6 +667,7 @@ BEGIN
     SELECT m.endpoint_id, m.id, m.event_id, m.key, 0, now() FROM moved m
     ON CONFLICT (endpoint_id, id) DO NOTHING;
     GET DIAGNOSTICS n = ROW_COUNT;
+    PERFORM outbox._wake_at_commit();
     RETURN n;
 END
 $$;
@@ -678,6 +697,7 @@ BEGIN
        AND e.event_type LIKE ANY (pats)
     ON CONFLICT (endpoint_id, id) DO NOTHING;
     GET DIAGNOSTICS n = ROW_COUNT;
+    PERFORM outbox._wake_at_commit();
     RETURN n;
 END
 $$;
@@ -871,6 +891,7 @@ RETURNS TABLE (id bigint, event_id uuid, deliver_at timestamptz, key text,
                delivered boolean)
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_custom_plan
 AS $$
 DECLARE
     pos  outbox.positions;
@@ -924,8 +945,10 @@ BEGIN
                    -- events already answered with a 2xx: not sent again.
                    verify AND outbox._delivered(eid, e.event_id, '-infinity')
               FROM outbox.events e
+             -- Walk the id index from after_id and stop after lim rows: no
+             -- txid range here, which would tempt the planner into reading
+             -- the whole rest of the batch (DESIGN: paging a batch).
              WHERE e.id > pos.after_id
-               AND e.txid >= pg_snapshot_xmin(pos.snap) AND e.txid < pg_snapshot_xmax(pos.next_snap)
                AND pg_visible_in_snapshot(e.txid, pos.next_snap)
                AND NOT pg_visible_in_snapshot(e.txid, pos.snap)
                AND e.event_type LIKE ANY (pats)

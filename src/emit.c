@@ -36,9 +36,14 @@
 #include "validate.h"
 
 PG_FUNCTION_INFO_V1(emit);
+PG_FUNCTION_INFO_V1(outbox_wake_at_commit);
 
-/* Did the current transaction emit?  Reset at its end. */
+/*
+ * Did the current transaction emit, or change endpoints (or queue retries)?
+ * Reset at its end.
+ */
 static bool emitted_in_xact = false;
+static bool endpoints_changed_in_xact = false;
 static bool callback_registered = false;
 
 static SPIPlanPtr insert_plan = NULL;
@@ -52,17 +57,31 @@ emit_xact_callback(XactEvent event, void *arg)
 	{
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
-			if (emitted_in_xact)
+			if (endpoints_changed_in_xact)
+				outbox_endpoints_changed();
+			if (emitted_in_xact || endpoints_changed_in_xact)
 				outbox_wake_relay();
 			emitted_in_xact = false;
+			endpoints_changed_in_xact = false;
 			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
 		case XACT_EVENT_PREPARE:
 			emitted_in_xact = false;
+			endpoints_changed_in_xact = false;
 			break;
 		default:
 			break;
+	}
+}
+
+static void
+register_callback(void)
+{
+	if (!callback_registered)
+	{
+		RegisterXactCallback(emit_xact_callback, NULL);
+		callback_registered = true;
 	}
 }
 
@@ -255,12 +274,21 @@ emit(PG_FUNCTION_ARGS)
 		elog(ERROR, "inserting event failed: %s", SPI_result_code_string(rc));
 	SPI_finish();
 
-	if (!callback_registered)
-	{
-		RegisterXactCallback(emit_xact_callback, NULL);
-		callback_registered = true;
-	}
+	register_callback();
 	emitted_in_xact = true;
 
 	PG_RETURN_DATUM(result);
+}
+
+/*
+ * outbox._wake_at_commit() returns void: when the calling transaction
+ * commits, the relay rereads its endpoints and looks for work at once.
+ * Called by the functions that change endpoints or queue retries.
+ */
+Datum
+outbox_wake_at_commit(PG_FUNCTION_ARGS)
+{
+	register_callback();
+	endpoints_changed_in_xact = true;
+	PG_RETURN_VOID();
 }

@@ -207,15 +207,17 @@ rebuild_wait_set(void)
 }
 
 /*
- * Connection limits.  There is no per-host limit in libcurl: it would count
- * per host and port, so a slow endpoint could hold every connection to a
- * host that a healthy endpoint shares.  The relay caps requests per
- * endpoint itself (outbox.endpoint_concurrency).
+ * Connection limits.  libcurl queues nothing: a request it held back would
+ * spend its timeout waiting, and a per-host limit would let a slow endpoint
+ * hold every connection to a host a healthy endpoint shares.  The relay
+ * itself caps requests in flight (outbox.max_concurrency in all,
+ * outbox.endpoint_concurrency per endpoint), so connections in use never
+ * exceed max_total; at most max_total idle ones are kept for reuse.
  */
 void
 http_configure(int max_total)
 {
-	curl_multi_setopt(multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, (long) max_total);
+	curl_multi_setopt(multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, 0L);
 	curl_multi_setopt(multi, CURLMOPT_MAX_HOST_CONNECTIONS, 0L);
 	curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS, (long) max_total);
 }
@@ -466,9 +468,14 @@ http_next_done(void)
 
 		/* Hanging up on a long response is not the receiver's failure. */
 		if (rc == CURLE_WRITE_ERROR && req->response_read > OUTBOX_RESPONSE_READ && req->status > 0)
+		{
 			rc = CURLE_OK;
+			req->error[0] = '\0';
+		}
 		if (rc != CURLE_OK)
 		{
+			/* A reply broken off after its status line is no answer. */
+			req->status = 0;
 			req->transport_error = true;
 			if (req->refused[0] != '\0')
 				strlcpy(req->error, req->refused, sizeof(req->error));

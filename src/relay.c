@@ -147,30 +147,28 @@ defer(Delivery *d, TimestampTz next_at)
 
 /*
  * Read what each active endpoint with room for it is owed: a page of new
- * events and its due retries.  One short transaction.  Batches go to the
- * active list only once it committed.  Returns false when the extension is
- * not there.
+ * events and, in a full round (the poll timer, or endpoints changed), its
+ * due retries and a fresh copy of the endpoints.  One short transaction.
+ * Batches go to the active list only once it committed.  Without the
+ * extension there is nothing to read.
  */
-static bool
-read_round(void)
+static void
+read_round(bool full)
 {
 	MemoryContext cxt = CurrentMemoryContext;
-	bool		ready = true;
 
 	PG_TRY();
 	{
 		begin_tx("outbox: reading events");
 		if (!store_extension_ready())
-		{
 			store_forget_plans();
-			ready = false;
-		}
 		else
 		{
 			HASH_SEQ_STATUS seq;
 			RelayEndpoint *ep;
 
-			store_load_endpoints(endpoints, relay_cxt);
+			if (full)
+				store_load_endpoints(endpoints, relay_cxt);
 			hash_seq_init(&seq, endpoints);
 			while ((ep = hash_seq_search(&seq)) != NULL)
 			{
@@ -182,8 +180,10 @@ read_round(void)
 					if (ep->page)
 						dlist_push_tail(&unconfirmed, &ep->page->node);
 				}
-				if (ep->due == NULL)
+				/* Retries come due with time, not with commits. */
+				if (ep->due == NULL && (full || ep->more_due))
 				{
+					ep->more_due = false;
 					ep->due = store_read_due(ep, outbox_batch_size, relay_cxt);
 					if (ep->due)
 						dlist_push_tail(&unconfirmed, &ep->due->node);
@@ -202,7 +202,7 @@ read_round(void)
 			dlist_delete(iter.cur);
 			free_batch(dlist_container(Batch, node, iter.cur));
 		}
-		return true;
+		return;
 	}
 	PG_END_TRY();
 
@@ -228,7 +228,6 @@ read_round(void)
 		}
 		dlist_push_tail(&active, &b->node);
 	}
-	return ready;
 }
 
 static struct curl_slist *
@@ -482,6 +481,9 @@ record_round(void)
 			for (int i = 0; i < b->n; i++)
 				if (b->d[i].state == DELIVERY_DONE)
 					b->d[i].recorded = true;
+			/* Disabled now: read nothing more for it until it is resumed. */
+			if (b->disable_reason != NULL)
+				b->ep->active = false;
 			ereport(DEBUG1,
 					(errmsg("outbox recorded %d deliveries to \"%s\"", ready, b->ep->name)));
 		}
@@ -509,13 +511,37 @@ record_round(void)
 		 * Read this endpoint again at once after a full page, and after due
 		 * retries, whose outcomes may have unblocked a key.
 		 */
-		if (!b->is_page || !b->batch_done)
-			b->ep->more = true;
+		if (b->is_page && !b->batch_done)
+			b->ep->more_page = true;
+		if (!b->is_page)
+			b->ep->more_due = true;
 		dlist_delete(iter.cur);
 		free_batch(b);
 	}
 }
 
+/*
+ * Is a read round worth a transaction now?  Only if some active endpoint
+ * has no page in flight (a commit may have left it something), or wants
+ * its due retries read again.
+ */
+static bool
+worth_reading(void)
+{
+	HASH_SEQ_STATUS seq;
+	RelayEndpoint *ep;
+	bool		worth = false;
+
+	hash_seq_init(&seq, endpoints);
+	while ((ep = hash_seq_search(&seq)) != NULL)
+	{
+		if (ep->active && ((ep->page == NULL) || (ep->more_due && ep->due == NULL)))
+			worth = true;
+	}
+	return worth;
+}
+
+/* Did a recorded batch leave an endpoint something to read at once? */
 static bool
 want_more(void)
 {
@@ -526,9 +552,9 @@ want_more(void)
 	hash_seq_init(&seq, endpoints);
 	while ((ep = hash_seq_search(&seq)) != NULL)
 	{
-		if (ep->more && (ep->page == NULL || ep->due == NULL))
+		if ((ep->more_page && ep->page == NULL) || (ep->more_due && ep->due == NULL))
 			more = true;
-		ep->more = false;
+		ep->more_page = false;
 	}
 	return more;
 }
@@ -541,6 +567,8 @@ outbox_relay_main(Datum arg)
 	MemoryContext loop_cxt;
 	bool		read_now = true;
 	TimestampTz last_read = 0;
+	uint64		seen_version = 0;
+	uint64		version;
 
 	memcpy(dbname, MyBgworkerEntry->bgw_extra, BGW_EXTRALEN);
 	dbname[BGW_EXTRALEN - 1] = '\0';
@@ -588,12 +616,24 @@ outbox_relay_main(Datum arg)
 		}
 
 		now = GetCurrentTimestamp();
-		if (read_now || TimestampDifferenceExceeds(last_read, now, outbox_poll_interval))
+		version = outbox_endpoints_version();
+		if (version != seen_version ||
+			TimestampDifferenceExceeds(last_read, now, outbox_poll_interval))
 		{
+			/* A full round: endpoints, pages and due retries. */
 			ResetLatch(MyLatch);
 			read_now = false;
+			seen_version = version;
 			last_read = now;
-			read_round();
+			read_round(true);
+		}
+		else if (read_now)
+		{
+			/* Woken by a commit, or a page ended with more to read. */
+			ResetLatch(MyLatch);
+			read_now = false;
+			if (worth_reading())
+				read_round(false);
 		}
 
 		/* Collect first: finished requests make room for pump(). */

@@ -35,7 +35,8 @@ typedef struct RelayEndpoint
 	int			in_flight;		/* its requests in flight */
 	struct Batch *page;			/* page of new events in flight, or NULL */
 	struct Batch *due;			/* due retries in flight, or NULL */
-	bool		more;			/* the last page was full: read again soon */
+	bool		more_page;		/* the last page was full: read again at once */
+	bool		more_due;		/* due retries were recorded: read again */
 	bool		verify_page;	/* skip events already answered with a 2xx: */
 	bool		verify_due;		/* set at start and after a failed record */
 	TimestampTz last_warning;	/* last "deliveries are failing" report */

@@ -30,6 +30,8 @@ typedef struct OutboxShared
 	pg_atomic_uint32 relay_procno;	/* PGPROC number of the relay, or
 									 * INVALID_PROCNO */
 	pg_atomic_uint64 wakeups;	/* commits that woke the relay */
+	pg_atomic_uint64 endpoints_version; /* bumped by commits that changed
+										 * endpoints or queued retries */
 } OutboxShared;
 
 static OutboxShared *shared = NULL;
@@ -59,6 +61,7 @@ outbox_shmem_startup(void)
 	{
 		pg_atomic_init_u32(&shared->relay_procno, INVALID_PROCNO);
 		pg_atomic_init_u64(&shared->wakeups, 0);
+		pg_atomic_init_u64(&shared->endpoints_version, 0);
 	}
 	LWLockRelease(AddinShmemInitLock);
 }
@@ -122,6 +125,21 @@ outbox_wake_relay(void)
 	pg_atomic_fetch_add_u64(&shared->wakeups, 1);
 	if (procno != INVALID_PROCNO && procno < ProcGlobal->allProcCount)
 		SetLatch(&ProcGlobal->allProcs[procno].procLatch);
+}
+
+/* A committed transaction changed endpoints: the relay rereads them. */
+void
+outbox_endpoints_changed(void)
+{
+	if (shared == NULL)
+		return;
+	pg_atomic_fetch_add_u64(&shared->endpoints_version, 1);
+}
+
+uint64
+outbox_endpoints_version(void)
+{
+	return shared ? pg_atomic_read_u64(&shared->endpoints_version) : 0;
 }
 
 uint64

@@ -1,0 +1,294 @@
+# A hostile receiver: endpoints that refuse, reset, stall, drip, flood,
+# redirect, throttle, vanish or do not speak HTTP.  Each case is one
+# endpoint of t/hostile_receiver.py (the URL path picks the misbehaviour).
+# After each, the relay is the same process and still delivers promptly to
+# a well-behaved endpoint (t/webhook_receiver.py) an event emitted after the
+# hostile one, and outbox.attempts, outbox.retries and outbox.dead_letters
+# say what happened.  retry_schedule is an hour, so each case makes exactly
+# one attempt.
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::Bin;
+use IO::Socket::INET;
+use OutboxTest;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(usleep);
+
+my $node = outbox_node('hostile', conf => "outbox.retry_schedule = '1h'\n");
+my ($good_url, $good_log, $good_rx) = start_receiver();
+my ($good_port) = $good_url =~ /:(\d+)$/;
+
+# The hostile receiver.
+my $hdir = PostgreSQL::Test::Utils::tempdir();
+my $hlog = "$hdir/hostile.jsonl";
+my $hostile_rx = IPC::Run::start([ 'python3', "$FindBin::Bin/hostile_receiver.py",
+	'--log', $hlog, '--port-file', "$hdir/port" ]);
+for (my $i = 0; $i < 100 && !-e "$hdir/port"; $i++) { usleep(100_000); }
+die 'hostile receiver did not start' unless -e "$hdir/port";
+my $hurl = 'http://127.0.0.1:' . PostgreSQL::Test::Utils::slurp_file("$hdir/port");
+
+# A port nobody listens on: bound, then closed.
+my $closed_port;
+{
+	my $s = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0, Proto => 'tcp')
+	  or die "cannot bind: $!";
+	$closed_port = $s->sockport;
+	close $s;
+}
+
+sub sql { return $node->safe_psql('postgres', $_[0]); }
+
+sub lit
+{
+	my ($s) = @_;
+	$s =~ s/'/''/g;
+	return "'$s'";
+}
+
+sub relay_pid
+{
+	return sql("SELECT pid FROM pg_stat_activity WHERE backend_type = 'outbox relay'");
+}
+
+# Peak and current resident memory of a process, in kB.
+sub memory_kb
+{
+	my ($pid) = @_;
+	my $status = PostgreSQL::Test::Utils::slurp_file("/proc/$pid/status");
+	my ($hwm) = $status =~ /^VmHWM:\s+(\d+) kB/m;
+	my ($rss) = $status =~ /^VmRSS:\s+(\d+) kB/m;
+	return ($hwm, $rss);
+}
+
+# What the hostile receiver logged for a path.
+sub hostile_log
+{
+	my ($path) = @_;
+	return grep { $_->{path} eq $path } received($hlog);
+}
+
+$node->poll_query_until('postgres',
+	"SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'outbox relay'")
+  or die 'relay did not start';
+my $pid = relay_pid();
+
+sql("SELECT outbox.create_endpoint('good', '$good_url/good', '{good.*}')");
+my $warmup = sql(q{SELECT outbox.emit('good.warmup', '{}')});
+ok(wait_received($good_log, sub { grep { $_->{headers}{'webhook-id'} eq $warmup } @_ }),
+	'the well-behaved endpoint receives');
+
+my %id;
+
+# Run one case: endpoint $name at $url (extra create_endpoint arguments in
+# $extra), one event for it, then one for the good endpoint.  Waits until
+# the good endpoint has that event and the hostile attempt is recorded.
+# Returns the hostile event id and the Unix time the good event arrived.
+sub hostile_case
+{
+	my ($name, $url, $extra) = @_;
+	sql(sprintf("SELECT outbox.create_endpoint(%s, %s, '{h.%s}'%s)",
+		lit($name), lit($url), $name, $extra ? ", $extra" : ''));
+	my $id = sql("SELECT outbox.emit('h.$name', '{\"case\": \"$name\"}')");
+	my $gid = sql("SELECT outbox.emit('good.after', '{\"after\": \"$name\"}')");
+	$id{$name} = $id;
+	my @got;
+	ok(wait_received($good_log, sub { @got = grep { $_->{headers}{'webhook-id'} eq $gid } @_ }),
+		"$name: the good endpoint received the event emitted after it");
+	ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM outbox.attempts WHERE endpoint = '$name'"),
+		"$name: one attempt recorded");
+	is(relay_pid(), $pid, "$name: the relay is the same process");
+	return ($id, @got ? $got[0]{t} : 0);
+}
+
+# The attempt's columns, '|'-separated.
+sub attempt
+{
+	my ($name, $cols) = @_;
+	return sql("SELECT $cols FROM outbox.attempts WHERE endpoint = '$name'");
+}
+
+# Retried once on the schedule (an hour, +-20%): waiting in outbox.retries.
+sub retried_on_schedule
+{
+	my ($name) = @_;
+	is(sql("SELECT r.attempts || ' ' || (r.next_at BETWEEN now() + interval '45 min' AND now() + interval '75 min')
+	          FROM outbox.retries r JOIN outbox.endpoints e ON e.id = r.endpoint_id WHERE e.name = '$name'"),
+		'1 true', "$name: waits in outbox.retries for the next attempt in about an hour");
+	is(sql("SELECT count(*) FROM outbox.dead_letters WHERE endpoint = '$name'"), '0',
+		"$name: not a dead letter");
+}
+
+############################################################################
+# Transport failures: retried.
+############################################################################
+
+hostile_case('refused', "http://127.0.0.1:$closed_port/x");
+like(attempt('refused', "coalesce(status::text, '-') || ' ' || error"),
+	qr/^- .*(Connection refused|Couldn't connect|Failed to connect)/i, 'refused: a connection error, no status');
+retried_on_schedule('refused');
+
+hostile_case('nxdomain', 'http://nonexistent.invalid/');
+like(attempt('nxdomain', "coalesce(status::text, '-') || ' ' || error"),
+	qr/^- .*resolve/i, 'nxdomain: could not resolve, no status');
+retried_on_schedule('nxdomain');
+
+for my $where (qw(status headers body))
+{
+	my $name = "reset_$where";
+	hostile_case($name, "$hurl/$name");
+	is(scalar(hostile_log("/$name")), 1, "$name: the receiver got the request");
+	like(attempt($name, 'error'), qr/reset|Recv failure|transfer closed|Weird server reply/i,
+		"$name: a transport error (" . attempt($name, 'error') . ')');
+	retried_on_schedule($name);
+}
+
+hostile_case('garbage', "$hurl/garbage");
+like(attempt('garbage', "coalesce(status::text, '-') || ' ' || error"),
+	qr/^- .*(HTTP\/0\.9|Unsupported protocol|Weird server reply)/i,
+	'garbage: a transport error, no status (' . attempt('garbage', 'error') . ')');
+retried_on_schedule('garbage');
+
+############################################################################
+# Timeouts: the endpoint's timeout (2 seconds) ends the request, whether the
+# receiver says nothing or one byte a second.  The good endpoint is served
+# while the hostile request hangs.
+############################################################################
+
+for my $name (qw(silent drip))
+{
+	my ($hid, $good_at) = hostile_case($name, "$hurl/$name", "timeout => '2 seconds'");
+	like(attempt($name, "coalesce(status::text, '-') || ' ' || error"),
+		qr/^- .*timed out/i, "$name: a timeout error, no status");
+	cmp_ok(attempt($name, 'duration_ms'), '>=', 1900, "$name: it lasted the endpoint's timeout");
+	cmp_ok(attempt($name, 'duration_ms'), '<', 10000, "$name: and not much longer");
+	cmp_ok($good_at, '<', attempt($name, 'extract(epoch FROM at)'),
+		"$name: the good endpoint's event arrived while the hostile request hung");
+	retried_on_schedule($name);
+}
+ok(wait_received($hlog, sub { grep { $_->{path} eq '/silent' && $_->{client_closed} } @_ }),
+	'silent: the relay hung up on it');
+
+############################################################################
+# Floods: a 100 MB body and endless headers.  Memory stays bounded, the body
+# kept in the attempt log is capped at 512 bytes, and a 200 with a long
+# body is delivered.
+############################################################################
+
+my ($hwm0, $rss0) = memory_kb($pid);
+note("relay memory before the floods: VmHWM $hwm0 kB, VmRSS $rss0 kB");
+
+hostile_case('huge', "$hurl/huge", "timeout => '1 minute'");
+is(attempt('huge', "status || ' ' || coalesce(error, '-')"), '200 -', 'huge: 200, no error');
+is(attempt('huge', 'length(response)'), '512', 'huge: 512 bytes of the body kept');
+like(attempt('huge', 'response'), qr/^BEGIN\?\?\?0123456789abcdef0123/,
+	'huge: the first bytes, non-printable ones as "?"');
+is(sql("SELECT count(*) FROM outbox.retries r JOIN outbox.endpoints e ON e.id = r.endpoint_id WHERE e.name = 'huge'"),
+	'0', 'huge: delivered, nothing to retry');
+my @hung;
+ok(wait_received($hlog, sub { @hung = grep { $_->{path} eq '/huge' && exists $_->{hung_up_after} } @_ }),
+	'huge: the relay hung up before the body ended');
+cmp_ok($hung[0]{hung_up_after}, '<', 100 * 1024 * 1024, 'huge: not all 100 MB were read')
+  if @hung;
+note('huge: the receiver sent ' . ($hung[0]{hung_up_after} // '?') . ' bytes before the relay hung up');
+
+hostile_case('endless_headers', "$hurl/endless_headers", "timeout => '10 seconds'");
+like(attempt('endless_headers', "coalesce(status::text, '-') || ' ' || coalesce(error, '-')"),
+	qr/^\S+ .*(too large|header|timed out)/i,
+	'endless_headers: a transport error (' . attempt('endless_headers', 'error') . ')');
+retried_on_schedule('endless_headers');
+
+my ($hwm1, $rss1) = memory_kb($pid);
+note("relay memory after the floods: VmHWM $hwm1 kB, VmRSS $rss1 kB");
+cmp_ok($hwm1 - $hwm0, '<', 20 * 1024, 'the relay\'s peak memory grew by less than 20 MB');
+cmp_ok($rss1 - $rss0, '<', 20 * 1024, 'the relay\'s resident memory grew by less than 20 MB');
+
+############################################################################
+# Answers with a status: redirects are not followed, Retry-After is
+# honoured (and capped), 410 disables, 400 dead-letters.
+############################################################################
+
+for my $s (301, 302)
+{
+	my $name = "redirect$s";
+	hostile_case($name, "$hurl/status/$s?location=" .
+		  "http%3A%2F%2Flocalhost%3A$good_port%2Ffollowed$s");
+	is(attempt($name, 'status'), $s, "$name: the $s is recorded");
+	retried_on_schedule($name);
+	is(scalar(grep { $_->{path} eq "/followed$s" } received($good_log)), 0,
+		"$name: the Location on another host was not requested");
+}
+
+for my $s (429, 503)
+{
+	my $name = "retry_after$s";
+	hostile_case($name, "$hurl/status/$s?retry_after=7200");
+	is(sql("SELECT r.attempts || ' ' || r.last_status || ' '
+	               || (r.next_at BETWEEN now() + interval '115 min' AND now() + interval '121 min')
+	          FROM outbox.retries r JOIN outbox.endpoints e ON e.id = r.endpoint_id WHERE e.name = '$name'"),
+		"1 $s true", "$s: Retry-After of two hours honoured over the one-hour schedule");
+}
+# An absurd Retry-After is capped at a day.
+hostile_case('retry_after_absurd', "$hurl/status/503?retry_after=99999999999999999999999");
+is(sql("SELECT r.next_at BETWEEN now() + interval '23 hours' AND now() + interval '1 day'
+          FROM outbox.retries r JOIN outbox.endpoints e ON e.id = r.endpoint_id WHERE e.name = 'retry_after_absurd'"),
+	't', 'an absurd Retry-After is capped at one day');
+
+hostile_case('gone', "$hurl/status/410");
+is(sql("SELECT state || ' ' || state_reason FROM outbox.endpoint_status WHERE name = 'gone'"),
+	'disabled 410 Gone', '410: the endpoint is disabled');
+is(sql("SELECT count(*) FROM outbox.dead_letters WHERE endpoint = 'gone'"), '0',
+	'410: the event is not a dead letter (it waits for the endpoint)');
+
+hostile_case('bad_request', "$hurl/status/400");
+is(sql("SELECT attempts || ' ' || last_status FROM outbox.dead_letters WHERE endpoint = 'bad_request'"),
+	'1 400', '400: a dead letter after one attempt');
+
+############################################################################
+# All together now: the hostile endpoints' retries come due at once, and
+# the relay still serves the good endpoint.
+############################################################################
+
+sql("UPDATE outbox.retries SET next_at = now()");
+my @last = split /\n/, sql(q{SELECT outbox.emit('good.last', jsonb_build_object('i', i)) FROM generate_series(1, 20) i});
+my %want = map { $_ => 1 } @last;
+ok(wait_received($good_log, sub { (grep { $want{ $_->{headers}{'webhook-id'} } } @_) == 20 }),
+	'with every hostile retry due at once, the good endpoint received 20 new events');
+ok($node->poll_query_until('postgres', q{
+SELECT NOT EXISTS (SELECT FROM outbox.retries r JOIN outbox.endpoints e ON e.id = r.endpoint_id
+                    WHERE e.name <> 'gone' AND r.attempts < 2)}),
+	'no hostile retry is left waiting for its second attempt');
+# Every event that failed was sent again: a second attempt logged, and for
+# the hostile receiver's endpoints a second request with the same
+# webhook-id.  (An attempt that failed after a "200" status line is a
+# failure like any other: it must not count as delivered later.)
+for my $name (qw(refused nxdomain reset_status reset_headers reset_body garbage silent drip
+	endless_headers redirect301 redirect302 retry_after429 retry_after503 retry_after_absurd))
+{
+	is(sql("SELECT string_agg(attempt::text, ',' ORDER BY attempt) FROM outbox.attempts WHERE endpoint = '$name'"),
+		'1,2', "$name: attempted a second time");
+}
+for my $name (qw(reset_status reset_headers reset_body garbage endless_headers))
+{
+	my $twice = sub {
+		(grep { $_->{path} eq "/$name" && ($_->{headers}{'webhook-id'} // '') eq $id{$name} } @_) == 2;
+	};
+	# (No need to wait for a request whose attempt was never made.)
+	ok(sql("SELECT count(*) FROM outbox.attempts WHERE endpoint = '$name'") == 2
+		  && wait_received($hlog, $twice),
+		"$name: the receiver got the event a second time");
+}
+is(relay_pid(), $pid, 'the relay is still the same process');
+my ($hwm2) = memory_kb($pid);
+cmp_ok($hwm2 - $hwm0, '<', 20 * 1024, 'peak memory still bounded after the second round');
+is(sql(q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'outbox relay'}), '1',
+	'one relay');
+unlike(PostgreSQL::Test::Utils::slurp_file($node->logfile), qr/terminated by signal|server process .* exited with exit code [1-9]/,
+	'no process crashed');
+
+$node->stop;
+$good_rx->kill_kill;
+$hostile_rx->kill_kill;
+done_testing();

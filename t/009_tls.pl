@@ -1,0 +1,117 @@
+# TLS: an https endpoint whose certificate the system does not trust is
+# refused (the verification error is in outbox.attempts); once
+# outbox.ca_file names the CA that signed it (ALTER SYSTEM and a reload),
+# the retried event is delivered.  A certificate from that CA for another
+# name stays refused.  The certificates are made here with openssl.
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::Bin;
+use OutboxTest;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(usleep);
+
+my $dir = PostgreSQL::Test::Utils::tempdir();
+
+sub openssl
+{
+	my @cmd = ('openssl', @_);
+	my ($out, $err);
+	IPC::Run::run(\@cmd, '>', \$out, '2>', \$err)
+	  or die "openssl @_ failed: $err";
+}
+
+# A CA, and two server certificates signed by it: one for 127.0.0.1 and
+# localhost, one for another name only.
+openssl('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '2',
+	'-subj', '/CN=outbox test CA', '-keyout', "$dir/ca.key", '-out', "$dir/ca.crt",
+	'-addext', 'basicConstraints=critical,CA:TRUE',
+	'-addext', 'keyUsage=critical,keyCertSign,cRLSign');
+for my $c ([ 'server', 'IP:127.0.0.1,DNS:localhost' ], [ 'other', 'DNS:other.example' ])
+{
+	my ($name, $san) = @$c;
+	openssl('req', '-newkey', 'rsa:2048', '-nodes', '-subj', "/CN=$name",
+		'-keyout', "$dir/$name.key", '-out', "$dir/$name.csr");
+	PostgreSQL::Test::Utils::append_to_file("$dir/$name.ext",
+		"subjectAltName = $san\nbasicConstraints = CA:FALSE\nextendedKeyUsage = serverAuth\n");
+	openssl('x509', '-req', '-in', "$dir/$name.csr", '-CA', "$dir/ca.crt", '-CAkey', "$dir/ca.key",
+		'-CAcreateserial', '-days', '2', '-extfile', "$dir/$name.ext", '-out', "$dir/$name.crt");
+}
+ok(-s "$dir/server.crt" && -s "$dir/other.crt", 'certificates made');
+chmod 0644, "$dir/ca.crt";
+
+# An HTTPS receiver per server certificate.
+sub start_tls_receiver
+{
+	my ($name) = @_;
+	my $log = "$dir/$name.jsonl";
+	my $port_file = "$dir/$name.port";
+	my $h = IPC::Run::start([ 'python3', "$FindBin::Bin/tls_receiver.py",
+		'--cert', "$dir/$name.crt", '--key', "$dir/$name.key",
+		'--log', $log, '--port-file', $port_file ]);
+	for (my $i = 0; $i < 100 && !-e $port_file; $i++) { usleep(100_000); }
+	die "$name receiver did not start" unless -e $port_file;
+	return ('https://127.0.0.1:' . PostgreSQL::Test::Utils::slurp_file($port_file), $log, $h);
+}
+my ($url, $log, $rx) = start_tls_receiver('server');
+my ($other_url, $other_log, $other_rx) = start_tls_receiver('other');
+
+my $node = outbox_node('tls', conf => "outbox.retry_schedule = '500ms'\n");
+sub sql { return $node->safe_psql('postgres', $_[0]); }
+$node->poll_query_until('postgres',
+	"SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'outbox relay'")
+  or die 'relay did not start';
+is(sql('SHOW outbox.ca_file'), '', 'outbox.ca_file is empty: the system store is used');
+
+# Many attempts: the event must survive until the CA is configured.
+sql("SELECT outbox.create_endpoint('tls', '$url/tls', '{tls.*}', max_attempts => 100)");
+sql("SELECT outbox.create_endpoint('tls_name', '$other_url/other', '{tls.*}', max_attempts => 100)");
+my $id = sql(q{SELECT outbox.emit('tls.event', '{"secure": true}')});
+
+ok($node->poll_query_until('postgres',
+	"SELECT count(*) >= 2 FROM outbox.attempts WHERE endpoint = 'tls'"),
+	'untrusted: attempted and retried');
+is(sql("SELECT count(*) FROM outbox.attempts WHERE endpoint = 'tls' AND status IS NOT NULL"), '0',
+	'untrusted: no attempt got an HTTP status');
+like(sql("SELECT error FROM outbox.attempts WHERE endpoint = 'tls' ORDER BY at LIMIT 1"),
+	qr/SSL certificate problem|certificate verify failed/, 'untrusted: refused, the error says why');
+is(scalar(received($log)), 0, 'untrusted: the receiver got no request');
+is(sql("SELECT count(*) FROM outbox.dead_letters"), '0', 'no dead letter yet');
+
+# Trust the CA.
+my $offset = -s $node->logfile;
+sql("ALTER SYSTEM SET outbox.ca_file = '$dir/ca.crt'");
+sql('SELECT pg_reload_conf()');
+$node->wait_for_log(qr/outbox relay reloaded its configuration/, $offset);
+ok(1, 'the relay reloaded its configuration');
+
+ok(wait_received($log, sub { grep { $_->{headers}{'webhook-id'} eq $id } @_ }),
+	'with outbox.ca_file, the retried event is delivered over https');
+ok($node->poll_query_until('postgres',
+	"SELECT count(*) = 1 FROM outbox.attempts WHERE endpoint = 'tls' AND status = 200"),
+	'the delivery is recorded as a 200');
+is(sql("SELECT count(*) FROM outbox.retries r JOIN outbox.endpoints e ON e.id = r.endpoint_id WHERE e.name = 'tls'"),
+	'0', 'nothing left to retry');
+my ($r) = grep { $_->{headers}{'webhook-id'} eq $id } received($log);
+like($r->{body}, qr/"data":\{"secure": true\}/, 'the body arrived intact');
+
+# A certificate from the trusted CA for another name is still refused.
+my $n = sql("SELECT count(*) FROM outbox.attempts WHERE endpoint = 'tls_name'");
+ok($node->poll_query_until('postgres',
+	"SELECT count(*) > $n FROM outbox.attempts WHERE endpoint = 'tls_name'"),
+	'wrong name: attempted after the reload');
+like(sql("SELECT error FROM outbox.attempts WHERE endpoint = 'tls_name' ORDER BY at DESC LIMIT 1"),
+	qr/no alternative certificate subject name matches|certificate subject name|does not match/i,
+	'wrong name: refused although the CA is trusted');
+is(scalar(received($other_log)), 0, 'wrong name: the receiver got no request');
+
+# A fresh event is delivered at once.
+my $id2 = sql(q{SELECT outbox.emit('tls.event', '{"n": 2}')});
+ok(wait_received($log, sub { grep { $_->{headers}{'webhook-id'} eq $id2 } @_ }),
+	'a new event is delivered over https');
+
+$node->stop;
+$rx->kill_kill;
+$other_rx->kill_kill;
+done_testing();

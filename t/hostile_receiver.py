@@ -1,0 +1,197 @@
+#!/usr/bin/env python3
+"""t/hostile_receiver.py: a raw-socket HTTP server that misbehaves on purpose.
+
+The first part of the request path picks the misbehaviour, so one server
+serves many endpoints at once:
+
+  /reset_status    send half a status line, then reset the connection (RST)
+  /reset_headers   send the status line and half a header, then reset
+  /reset_body      send the headers and 10 of 1000 announced body bytes,
+                   then reset
+  /silent          accept, read the request, never answer
+  /drip            answer a valid 200 one byte a second
+  /huge            answer 200 with a 100 MB body (as fast as it is read)
+  /endless_headers answer a status line, then header lines without end
+  /garbage         answer a line of garbage instead of a status line
+  /status/N        answer status N with an empty body; the query may add
+                   retry_after=S (Retry-After: S) and location=URL
+                   (Location: URL)
+
+A reset is a close with SO_LINGER 0: the kernel sends RST, not FIN.  Every
+request is appended to the log file as one JSON line once its headers and
+body are read (receive time, path, query, lower-cased headers); when the
+server stops writing a response early because the client hung up, a line
+{"path": ..., "hung_up_after": bytes sent} is appended too.  The port is
+written to --port-file once listening.  Standard library only.
+"""
+import argparse
+import json
+import os
+import socket
+import struct
+import sys
+import threading
+import time
+from urllib.parse import parse_qs, urlsplit
+
+lock = threading.Lock()
+log_path = None
+
+
+def log(record):
+    with lock:
+        with open(log_path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+
+def read_request(conn):
+    """The request line, headers and body; None if the client went away."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return None
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    method, target, _ = lines[0].split(" ", 2)
+    headers = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    length = int(headers.get("content-length", "0"))
+    while len(body) < length:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return None
+        body += chunk
+    return method, target, headers, body.decode("utf-8", "replace")
+
+
+def reset(conn):
+    """Close with RST instead of FIN."""
+    conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    conn.close()
+
+
+def send_counting(conn, path, chunks):
+    """Send the chunks; log how much went out if the client hangs up."""
+    sent = 0
+    try:
+        for chunk in chunks:
+            conn.sendall(chunk)
+            sent += len(chunk)
+    except OSError:
+        log({"path": path, "hung_up_after": sent})
+        return False
+    return True
+
+
+def huge_body():
+    yield (b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
+           b"Content-Length: %d\r\n\r\n" % (100 * 1024 * 1024))
+    # The first bytes are recognisable, with bytes that are not printable
+    # ASCII (kept as "?" in the attempt log).
+    block = (b"BEGIN\x00\x01\xff" + b"0123456789abcdef" * 4096)[:65536]
+    for _ in range(1600):
+        yield block
+
+
+def endless_headers():
+    yield b"HTTP/1.1 200 OK\r\n"
+    line = b"X-Junk: " + b"j" * 1000 + b"\r\n"
+    while True:
+        yield line * 64
+
+
+def handle(conn):
+    try:
+        req = read_request(conn)
+        if req is None:
+            conn.close()
+            return
+        method, target, headers, body = req
+        url = urlsplit(target)
+        path = url.path
+        q = {k: v[-1] for k, v in parse_qs(url.query).items()}
+        log({"t": time.time(), "path": path, "query": q, "method": method,
+             "headers": headers, "body": body})
+        mode = path.strip("/").split("/")
+        if mode[0] == "reset_status":
+            conn.sendall(b"HTTP/1.1 20")
+            time.sleep(0.2)
+            reset(conn)
+        elif mode[0] == "reset_headers":
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-Half: ab")
+            time.sleep(0.2)
+            reset(conn)
+        elif mode[0] == "reset_body":
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n0123456789")
+            time.sleep(0.2)
+            reset(conn)
+        elif mode[0] == "silent":
+            # Hold the connection until the client gives up.
+            conn.settimeout(600)
+            while conn.recv(65536):
+                pass
+            log({"path": path, "client_closed": time.time()})
+            conn.close()
+        elif mode[0] == "drip":
+            answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+
+            def dribble():
+                for i in range(len(answer)):
+                    yield answer[i:i + 1]
+                    time.sleep(1)
+            if send_counting(conn, path, dribble()):
+                conn.close()
+        elif mode[0] == "huge":
+            if send_counting(conn, path, huge_body()):
+                log({"path": path, "sent_all": True})
+            conn.close()
+        elif mode[0] == "endless_headers":
+            send_counting(conn, path, endless_headers())
+            conn.close()
+        elif mode[0] == "garbage":
+            conn.sendall(b"SURELY NOT HTTP \x00\x01\x02 <html>\r\n\r\n")
+            conn.close()
+        elif mode[0] == "status":
+            status = int(mode[1])
+            extra = ""
+            if "retry_after" in q:
+                extra += "Retry-After: %s\r\n" % q["retry_after"]
+            if "location" in q:
+                extra += "Location: %s\r\n" % q["location"]
+            conn.sendall(("HTTP/1.1 %d Whatever\r\n%sContent-Length: 0\r\n"
+                          "Connection: close\r\n\r\n" % (status, extra)).encode())
+            conn.close()
+        else:
+            conn.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n"
+                         b"Connection: close\r\n\r\n")
+            conn.close()
+    except OSError:
+        conn.close()
+
+
+def main():
+    global log_path
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--log", required=True)
+    ap.add_argument("--port-file", required=True)
+    args = ap.parse_args()
+    log_path = args.log
+    open(log_path, "a").close()
+    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(128)
+    with open(args.port_file + ".tmp", "w") as f:
+        f.write(str(srv.getsockname()[1]))
+    os.rename(args.port_file + ".tmp", args.port_file)
+    while True:
+        conn, _ = srv.accept()
+        threading.Thread(target=handle, args=(conn,), daemon=True).start()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -852,13 +852,15 @@ $$;
 COMMENT ON FUNCTION outbox._like_patterns(text[]) IS 'internal: event-type patterns as LIKE patterns';
 
 -- The request body: {"type": ..., "timestamp": RFC 3339, "data": payload}.
+-- No SET clause, so that it is inlined into the page query (called per
+-- event); its callers pin search_path.
 CREATE FUNCTION outbox._body(event_type text, created_at timestamptz, payload jsonb) RETURNS text
 LANGUAGE sql STABLE STRICT
-SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT '{"type":' || to_json(event_type)::text
-        || ',"timestamp":"' || to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
-        || '","data":' || payload::text || '}'
+    SELECT '{"type":' OPERATOR(pg_catalog.||) pg_catalog.to_json(event_type)::text
+        OPERATOR(pg_catalog.||) ',"timestamp":"'
+        OPERATOR(pg_catalog.||) pg_catalog.to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
+        OPERATOR(pg_catalog.||) '","data":' OPERATOR(pg_catalog.||) payload::text OPERATOR(pg_catalog.||) '}'
 $$;
 COMMENT ON FUNCTION outbox._body(text, timestamptz, jsonb) IS 'internal: the Standard Webhooks request body of an event';
 
@@ -874,6 +876,7 @@ COMMENT ON FUNCTION outbox._header_lines(jsonb) IS 'internal: a header object as
 CREATE FUNCTION outbox._delivered(eid integer, evid uuid, since timestamptz) RETURNS boolean
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
     SELECT EXISTS (SELECT 1 FROM outbox.attempt_log a
                     WHERE a.event_id = evid AND a.endpoint_id = eid AND a.at >= since
@@ -891,16 +894,22 @@ RETURNS TABLE (id bigint, event_id uuid, deliver_at timestamptz, key text,
                delivered boolean)
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
-SET plan_cache_mode = force_custom_plan
+-- The relay's statements must use the indexes whatever the statistics say:
+-- a backlog builds up faster than autoanalyze sees it, and a scan of the
+-- whole events table per page (or per event) would stall delivery.
+SET enable_seqscan = off
+SET enable_bitmapscan = off
 AS $$
 DECLARE
     pos  outbox.positions;
     nxt  pg_snapshot;
     lo   bigint;
     pats text[];
+    match_all boolean;
     is_ordered boolean;
 BEGIN
-    SELECT outbox._like_patterns(ep.event_types), ep.ordered INTO pats, is_ordered
+    SELECT outbox._like_patterns(ep.event_types), '*' = ANY (ep.event_types), ep.ordered
+      INTO pats, match_all, is_ordered
       FROM outbox.endpoints ep WHERE ep.id = eid;
     -- At most twice: an open batch found empty is closed, then a new one
     -- is opened from the current snapshot.
@@ -918,10 +927,12 @@ BEGIN
             END IF;
             -- The batch's first id, through the txid index: ids are drawn
             -- before commit, so a batch can begin below ids already read.
-            SELECT min(e.id) INTO lo
-              FROM outbox.events e
-             WHERE e.txid >= pg_snapshot_xmin(pos.snap) AND e.txid < pg_snapshot_xmax(nxt)
-               AND pg_visible_in_snapshot(e.txid, nxt) AND NOT pg_visible_in_snapshot(e.txid, pos.snap);
+            -- (OFFSET 0 keeps min() from walking the id index instead.)
+            SELECT min(b.id) INTO lo
+              FROM (SELECT e.id, e.txid FROM outbox.events e
+                     WHERE e.txid >= pg_snapshot_xmin(pos.snap) AND e.txid < pg_snapshot_xmax(nxt)
+                    OFFSET 0) b
+             WHERE pg_visible_in_snapshot(b.txid, nxt) AND NOT pg_visible_in_snapshot(b.txid, pos.snap);
             -- No event since the position: leave it, so an idle relay
             -- writes nothing (the next batch simply spans more snapshots).
             IF lo IS NULL THEN
@@ -935,7 +946,8 @@ BEGIN
         RETURN QUERY
             SELECT e.id, e.event_id, e.deliver_at, e.key,
                    outbox._body(e.event_type, e.created_at, e.payload),
-                   outbox._header_lines(e.headers), pos.next_snap::text,
+                   CASE WHEN e.headers IS NULL THEN '{}' ELSE outbox._header_lines(e.headers) END,
+                   pos.next_snap::text,
                    -- On an ordered endpoint an event waits behind any
                    -- earlier event of its key that is still owed.
                    is_ordered AND e.key IS NOT NULL
@@ -951,7 +963,7 @@ BEGIN
              WHERE e.id > pos.after_id
                AND pg_visible_in_snapshot(e.txid, pos.next_snap)
                AND NOT pg_visible_in_snapshot(e.txid, pos.snap)
-               AND e.event_type LIKE ANY (pats)
+               AND (match_all OR e.event_type LIKE ANY (pats))
              ORDER BY e.id
              LIMIT lim;
         IF FOUND THEN
@@ -972,10 +984,12 @@ RETURNS TABLE (id bigint, event_id uuid, attempts integer, key text, body text, 
                delivered boolean)
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+SET enable_bitmapscan = off
 AS $$
     SELECT e.id, e.event_id, r.attempts, e.key,
            outbox._body(e.event_type, e.created_at, e.payload),
-           outbox._header_lines(e.headers),
+           CASE WHEN e.headers IS NULL THEN '{}' ELSE outbox._header_lines(e.headers) END,
            -- only a 2xx since it was queued: replay() re-sends on purpose
            verify AND outbox._delivered(eid, e.event_id, r.queued_at)
       FROM outbox.retries r
@@ -1006,6 +1020,8 @@ CREATE FUNCTION outbox._record(
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+SET enable_bitmapscan = off
 AS $$
 BEGIN
     -- Hold the endpoint against a concurrent drop, without waiting: one

@@ -582,6 +582,11 @@ outbox_relay_main(Datum arg)
 	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
 	/* A lock held by another transaction fails a step, never stalls all. */
 	SetConfigOption("lock_timeout", "1s", PGC_SUSET, PGC_S_OVERRIDE);
+	/*
+	 * In a deadlock (DROP EXTENSION against a read round, say) the relay
+	 * notices first and gives way: the other side is a user's command.
+	 */
+	SetConfigOption("deadlock_timeout", "50ms", PGC_SUSET, PGC_S_OVERRIDE);
 
 	relay_cxt = AllocSetContextCreate(TopMemoryContext, "outbox relay", ALLOCSET_DEFAULT_SIZES);
 	relay_owner = ResourceOwnerCreate(NULL, "outbox relay");

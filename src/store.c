@@ -31,6 +31,9 @@ static SPIPlanPtr page_plan = NULL;
 static SPIPlanPtr due_plan = NULL;
 static SPIPlanPtr record_plan = NULL;
 
+/* Until the first load of endpoints since this relay started. */
+static bool first_load = true;
+
 static SPIPlanPtr
 prepare(const char *sql, int nargs, Oid *types)
 {
@@ -122,9 +125,12 @@ store_load_endpoints(HTAB *endpoints, MemoryContext cxt)
 		if (!found)
 		{
 			memset(((char *) ep) + sizeof(int), 0, sizeof(RelayEndpoint) - sizeof(int));
-			/* What was in flight before we started may have arrived. */
-			ep->verify_page = true;
-			ep->verify_due = true;
+			/*
+			 * What a relay before us had in flight may have arrived; an
+			 * endpoint that appears later cannot have had anything in flight.
+			 */
+			ep->verify_page = first_load;
+			ep->verify_due = first_load;
 		}
 		else
 		{
@@ -158,6 +164,7 @@ store_load_endpoints(HTAB *endpoints, MemoryContext cxt)
 			ep->old_keylen = 0;
 	}
 
+	first_load = false;
 	hash_seq_init(&seq, endpoints);
 	while ((ep = hash_seq_search(&seq)) != NULL)
 	{

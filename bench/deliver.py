@@ -1,0 +1,150 @@
+#!/usr/bin/python3
+"""bench/deliver.py: time the relay through a backlog that waits for it.
+
+The events were emitted while the endpoints were paused.  This resumes them
+(and emits one event nobody subscribes to, so that the commit wakes the
+relay at once), then polls outbox.positions until every endpoint to wait
+for has passed the last emitting transaction, printing progress as it goes.
+
+  deliver.py --resume a,b --wait a --events N --label case2 --results FILE
+
+Times are the server's: from the commit that resumed the endpoints to the
+recording of the last page (positions.updated_at).  While it waits it
+samples the relay's memory (VmHWM, reset first through clear_refs, and the
+largest RssAnon seen) and its CPU time.  Appends "label.key value" lines to
+FILE.  Connection settings come from the PG* environment variables.
+"""
+import argparse
+import os
+import sys
+import time
+
+import psycopg2
+
+POLL = 0.1
+PROGRESS_EVERY = 5.0
+
+
+def relay_pid(cur):
+    cur.execute("SELECT pid FROM pg_stat_activity WHERE backend_type = 'outbox relay'")
+    row = cur.fetchone()
+    return row[0] if row else None
+
+
+def proc_status(pid):
+    """VmHWM and RssAnon of pid in kB."""
+    out = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            name, _, value = line.partition(":")
+            if name in ("VmHWM", "RssAnon"):
+                out[name] = int(value.split()[0])
+    return out
+
+
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def machine_busy():
+    """(busy, total) jiffies of all cores since boot."""
+    with open("/proc/stat") as f:
+        values = [int(v) for v in f.readline().split()[1:]]
+    idle = values[3] + values[4]
+    return sum(values) - idle, sum(values)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--resume", required=True, help="endpoints to resume, comma-separated")
+    ap.add_argument("--wait", required=True, help="endpoints to wait for, comma-separated")
+    ap.add_argument("--events", type=int, required=True, help="events each waited endpoint is owed")
+    ap.add_argument("--label", required=True)
+    ap.add_argument("--results", required=True)
+    ap.add_argument("--timeout", type=float, default=600)
+    args = ap.parse_args()
+    resume = args.resume.split(",")
+    wait = args.wait.split(",")
+    total = args.events * len(wait)
+
+    conn = psycopg2.connect("")
+    conn.autocommit = True
+    cur = conn.cursor()
+    cur.execute("SELECT max(txid)::text, min(id) FROM outbox.events WHERE event_type LIKE 'bench.%'")
+    last_txid, first_id = cur.fetchone()
+    pid = relay_pid(cur)
+    if pid is None:
+        sys.exit("deliver.py: the relay is not running")
+    with open(f"/proc/{pid}/clear_refs", "w") as f:
+        f.write("5")            # restart VmHWM from the current RSS
+    peak_anon = 0
+    cpu0 = cpu_seconds(pid)
+    busy0, all0 = machine_busy()
+
+    conn.autocommit = False
+    cur.execute("SELECT outbox.resume_endpoint(n) FROM unnest(%s::text[]) n", (resume,))
+    cur.execute("SELECT outbox.emit('wake.relay', '{}')")
+    conn.commit()
+    cur.execute("SELECT clock_timestamp()")
+    conn.commit()
+    conn.autocommit = True
+    # The commit happened between the resume and this: good to ~0.1 ms.
+    (started,) = cur.fetchone()
+
+    wall0 = time.monotonic()
+    next_progress = wall0 + PROGRESS_EVERY
+    timed_out = False
+    while True:
+        cur.execute("""
+            SELECT count(*) FILTER (WHERE p.next_snap IS NULL
+                                      AND pg_visible_in_snapshot(%s::xid8, p.snap)),
+                   coalesce(sum(CASE WHEN p.next_snap IS NULL
+                                      AND pg_visible_in_snapshot(%s::xid8, p.snap) THEN %s
+                                     WHEN p.next_snap IS NOT NULL AND p.after_id >= %s
+                                     THEN p.after_id - %s + 1 ELSE 0 END), 0)::bigint,
+                   max(p.updated_at)
+              FROM outbox.positions p JOIN outbox.endpoints e ON e.id = p.endpoint_id
+             WHERE e.name = ANY (%s)""",
+                    (last_txid, last_txid, args.events, first_id, first_id, wait))
+        done, delivered, last_update = cur.fetchone()
+        try:
+            peak_anon = max(peak_anon, proc_status(pid)["RssAnon"])
+        except OSError:
+            pass
+        now = time.monotonic()
+        if done == len(wait):
+            break
+        if now - wall0 > args.timeout:
+            timed_out = True
+            break
+        if now >= next_progress:
+            elapsed = now - wall0
+            print(f"  {args.label}: {delivered:,}/{total:,} delivered after {elapsed:.0f} s "
+                  f"({delivered / elapsed:,.0f}/s)", flush=True)
+            next_progress += PROGRESS_EVERY
+        time.sleep(POLL)
+
+    status = proc_status(pid)
+    cpu = cpu_seconds(pid) - cpu0
+    busy1, all1 = machine_busy()
+    if timed_out:
+        cur.execute("SELECT clock_timestamp()")
+        (last_update,) = cur.fetchone()
+    seconds = (last_update - started).total_seconds()
+    rate = delivered / seconds if seconds > 0 else 0.0
+    print(f"  {args.label}: {delivered:,} deliveries in {seconds:.2f} s = {rate:,.0f}/s"
+          f"{' (TIMED OUT)' if timed_out else ''}; relay CPU {cpu / seconds:.0%} of a core, "
+          f"VmHWM {status['VmHWM'] / 1024:.0f} MB, RssAnon peak {peak_anon / 1024:.0f} MB", flush=True)
+    with open(args.results, "a") as f:
+        for key, value in (("deliveries", delivered), ("seconds", f"{seconds:.3f}"),
+                           ("rate", f"{rate:.1f}"), ("timed_out", int(timed_out)),
+                           ("relay_cpu", f"{cpu / seconds:.3f}"),
+                           ("machine_busy", f"{(busy1 - busy0) / max(1, all1 - all0):.3f}"),
+                           ("vmhwm_kb", status["VmHWM"]), ("rssanon_peak_kb", peak_anon)):
+            f.write(f"{args.label}.{key} {value}\n")
+
+
+if __name__ == "__main__":
+    main()

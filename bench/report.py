@@ -1,0 +1,209 @@
+#!/usr/bin/python3
+"""bench/report.py: turn a run's figures into the table and the plots.
+
+  report.py --results FILE --work DIR --out BENCH_DIR
+
+FILE holds the "key value" lines run.sh and its helpers appended.  Prints
+the table (figures, baselines measured in the same run, ratios, the targets
+of issue 5 and whether each is met), writes it to BENCH_DIR/RESULTS.md, and
+draws BENCH_DIR/{emit,relay,latency}.png with gnuplot (bench/plots.gp) from
+data files written to DIR.
+"""
+import argparse
+import datetime
+import os
+import subprocess
+
+# outbox.retry_schedule's default; a failing event is attempted at most
+# once plus once per step whose shortest delay (-20% jitter) has passed.
+RETRY_SCHEDULE_S = [5, 300, 1800, 7200, 18000, 36000, 36000]
+
+
+def load(path):
+    r = {}
+    with open(path) as f:
+        for line in f:
+            key, _, value = line.rstrip("\n").partition(" ")
+            r[key] = value
+    return r
+
+
+def num(r, key):
+    try:
+        return float(r[key])
+    except (KeyError, ValueError):
+        return float("nan")
+
+
+def fmt(x, unit=""):
+    if x != x:
+        return "n/a"
+    if abs(x) >= 100:
+        return f"{x:,.0f}{unit}"
+    return f"{x:,.1f}{unit}" if abs(x) >= 10 else f"{x:,.2f}{unit}"
+
+
+def ratio(a, b):
+    return a / b if b and b == b and a == a else float("nan")
+
+
+def verdict(ok):
+    return "n/a" if ok is None else ("**yes**" if ok else "**NO**")
+
+
+def max_attempts_within(seconds):
+    elapsed, n = 0.0, 1
+    for step in RETRY_SCHEDULE_S:
+        elapsed += step * 0.8
+        if elapsed > seconds:
+            break
+        n += 1
+    return n
+
+
+def build_rows(r):
+    rows = []
+
+    def row(case, measured, baseline, rat, target, ok):
+        rows.append((case, measured, baseline, rat, target, verdict(ok)))
+
+    # 1. Emit cost
+    for mode in ("off", "on"):
+        emit, bare, pgq, none = (num(r, f"emit.{mode}.{v}") for v in ("outbox", "bare", "pgq", "none"))
+        sc = f"synchronous_commit={mode}"
+        row(f"1 emit cost, {sc}: business row alone", f"{fmt(none)} tx/s", "", "", "(for scale)", None)
+        if mode == "off":
+            row(f"1 emit cost, {sc}: outbox.emit() vs bare INSERT", f"{fmt(emit)} tx/s",
+                f"{fmt(bare)} tx/s", fmt(ratio(emit, bare)), "≥ 0.90", ratio(emit, bare) >= 0.90)
+            row(f"1 emit cost, {sc}: outbox.emit() vs pgq.insert_event()", f"{fmt(emit)} tx/s",
+                f"{fmt(pgq)} tx/s", fmt(ratio(emit, pgq)), "≥ 1.00", ratio(emit, pgq) >= 1.00)
+        else:
+            row(f"1 emit cost, {sc}: outbox.emit() vs bare INSERT", f"{fmt(emit)} tx/s",
+                f"{fmt(bare)} tx/s", fmt(ratio(emit, bare)), "near 1", None)
+            row(f"1 emit cost, {sc}: outbox.emit() vs pgq.insert_event()", f"{fmt(emit)} tx/s",
+                f"{fmt(pgq)} tx/s", fmt(ratio(emit, pgq)), "near 1", None)
+
+    # 2. Relay throughput
+    thr, wrk = num(r, "throughput.rate"), num(r, "wrk.rate")
+    row(f"2 relay throughput, {int(num(r, 'throughput.deliveries')):,} events, 1 endpoint",
+        f"{fmt(thr)}/s (relay CPU {num(r, 'throughput.relay_cpu'):.0%})",
+        f"wrk {fmt(wrk)}/s", fmt(ratio(thr, wrk)), "≥ 0.30", ratio(thr, wrk) >= 0.30)
+
+    # 3. Latency
+    p50, p99 = num(r, "latency.p50_ms"), num(r, "latency.p99_ms")
+    arrived = f"{int(num(r, 'latency.arrived')):,}/{int(num(r, 'latency.sent')):,} arrived"
+    row("3 latency commit→arrival, p50", f"{fmt(p50)} ms", arrived, "", "< 5 ms", p50 < 5)
+    row("3 latency commit→arrival, p99", f"{fmt(p99)} ms",
+        f"p90 {fmt(num(r, 'latency.p90_ms'))} ms, max {fmt(num(r, 'latency.max_ms'))} ms", "",
+        "< 50 ms", p99 < 50)
+
+    # 4. Scale
+    small, large = num(r, "scale_small.rate"), num(r, "scale_large.rate")
+    timed_out = r.get("scale_large.timed_out") == "1"
+    row(f"4 scale: {int(num(r, 'scale_large.deliveries')):,} waiting vs "
+        f"{int(num(r, 'scale_small.deliveries')):,}",
+        f"{fmt(large)}/s" + (" (timed out)" if timed_out else ""), f"{fmt(small)}/s",
+        fmt(ratio(large, small)), "≥ 0.80", ratio(large, small) >= 0.80)
+    before, after = num(r, "scale_before.size_bytes"), num(r, "scale_after.size_bytes")
+    row("4 scale: outbox tables' size after delivery (no retention ran)",
+        f"{fmt(after / 2**20)} MB (peak backlog {fmt(num(r, 'scale_emitted.size_bytes') / 2**20)} MB)",
+        f"{fmt(before / 2**20)} MB at start", fmt(ratio(after, before)), "≤ 1.10",
+        ratio(after, before) <= 1.10)
+    dead = num(r, "scale_after.dead_tuples")
+    row("4 scale: dead tuples in outbox tables after delivery", f"{fmt(dead)}",
+        r.get("scale_after.dead_detail", ""), "", "no pile-up (< 1% of events)",
+        dead < 0.01 * num(r, "scale_large.deliveries"))
+    seq = r.get("scale.seqscans", "n/a")
+    row("4 scale: sequential scans of events/attempt_log while delivering", seq, "", "", "none",
+        seq == "none")
+
+    # 5. Fan-out
+    fan = num(r, "fanout.rate")
+    row(f"5 fan-out, {int(num(r, 'fanout.deliveries')):,} deliveries to 16 endpoints",
+        f"{fmt(fan)}/s total", f"case 2 {fmt(thr)}/s", fmt(ratio(fan, thr)), "≥ 0.80",
+        ratio(fan, thr) >= 0.80)
+
+    # 6. Isolation
+    for kind, what in (("failing", "answering 503"), ("hanging", "never answering")):
+        h = num(r, f"isolation_{kind}.rate")
+        row(f"6 isolation, one endpoint {what}: healthy endpoint", f"{fmt(h)}/s",
+            f"case 2 {fmt(thr)}/s", fmt(ratio(h, thr)), "≥ 0.90", ratio(h, thr) >= 0.90)
+        attempts, events = num(r, f"isolation_{kind}.bad_attempts"), num(r, f"isolation_{kind}.bad_events")
+        window = num(r, f"isolation_{kind}.seconds")
+        allowed = max_attempts_within(window)
+        row(f"6 isolation, one endpoint {what}: its attempts meanwhile",
+            f"{attempts:,.0f} attempts of {events:,.0f} events",
+            f"schedule allows {allowed} per event in {fmt(window)} s", fmt(ratio(attempts, events)),
+            f"≤ {allowed} per event", ratio(attempts, events) <= allowed)
+
+    # 7. Memory
+    for label, what in (("scale_large", "1,000,000 waiting (case 4)"), ("memory_big", "100 MB responses")):
+        anon = num(r, f"{label}.rssanon_peak_kb") / 1024
+        row(f"7 relay memory, {what}", f"RssAnon peak {fmt(anon)} MB",
+            f"VmHWM {fmt(num(r, f'{label}.vmhwm_kb') / 1024)} MB (incl. shared buffers touched)", "",
+            "bounded (private < 100 MB)", anon < 100)
+    return rows
+
+
+def table(rows):
+    head = ("case", "measured", "baseline (same run)", "ratio", "target", "met")
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def write_plot_data(r, work):
+    with open(os.path.join(work, "emit.dat"), "w") as f:
+        for v, label in (("none", "business row only"), ("bare", "+ bare INSERT"),
+                         ("pgq", "+ pgq.insert_event"), ("outbox", "+ outbox.emit")):
+            f.write(f'"{label}" {num(r, f"emit.off.{v}"):.0f} {num(r, f"emit.on.{v}"):.0f}\n')
+    thr = num(r, "throughput.rate")
+    with open(os.path.join(work, "relay.dat"), "w") as f:
+        for label, fig, base in (("2: relay / wrk", thr, num(r, "wrk.rate")),
+                                 ("4: 1M / 10k waiting", num(r, "scale_large.rate"), num(r, "scale_small.rate")),
+                                 ("5: fan-out / case 2", num(r, "fanout.rate"), thr),
+                                 ("6: beside 503 / case 2", num(r, "isolation_failing.rate"), thr),
+                                 ("6: beside dead / case 2", num(r, "isolation_hanging.rate"), thr)):
+            f.write(f'"{label}" {fig:.0f} {base:.0f}\n')
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--results", required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    r = load(args.results)
+    rows = build_rows(r)
+    met = sum(1 for row in rows if row[5] == "**yes**")
+    missed = [row[0] for row in rows if row[5] == "**NO**"]
+
+    env = (f"{r.get('env.cores')} cores ({r.get('env.cpu', '?').replace('_', ' ')}), "
+           f"PostgreSQL {r.get('env.pg_version')}, outbox {r.get('env.git', '?')}, "
+           f"relay settings {r.get('env.settings')}; whole run {r.get('env.seconds')} s")
+    text = table(rows)
+    print()
+    print(env)
+    print(text)
+    print(f"\n{met} targets met, {len(missed)} missed")
+    checks = sorted((k[6:], v) for k, v in r.items() if k.startswith("check."))
+
+    with open(os.path.join(args.out, "RESULTS.md"), "w") as f:
+        f.write("# Benchmark results\n\n")
+        f.write(f"Written by `bash bench/run.sh` on {datetime.date.today()}: {env}.\n")
+        f.write("Ratios compare figures measured in this run; the targets are issue 5's.\n\n")
+        f.write(text + "\n\n")
+        f.write(f"{met} targets met, {len(missed)} missed.\n\n")
+        f.write("Deliveries checked in the attempt log (2xx received / owed): " +
+                ", ".join(f"{k} {v}" for k, v in checks) + ".\n\n")
+        f.write("![emit cost](emit.png)\n\n![relay throughput](relay.png)\n\n"
+                "![latency CDF](latency.png)\n")
+
+    write_plot_data(r, args.work)
+    subprocess.run(["gnuplot", "-e", f"dir='{args.work}'; out='{args.out}'",
+                    os.path.join(os.path.dirname(os.path.abspath(__file__)), "plots.gp")],
+                   check=True)
+
+
+if __name__ == "__main__":
+    main()

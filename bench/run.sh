@@ -1,0 +1,427 @@
+#!/usr/bin/env bash
+# bench/run.sh: the outbox benchmarks of issue 5, in one command, as root:
+#
+#     bash bench/run.sh
+#
+# Installs what is missing (Debian packages), builds and installs outbox from
+# this tree, starts a private PostgreSQL 15 instance (temp dir, own socket),
+# nginx as the receiver on 127.0.0.1 and two misbehaving receivers
+# (receiver.py), runs the seven cases, prints one table of figures and
+# ratios, and writes bench/RESULTS.md and the PNG plots beside it.  Every
+# ratio compares figures measured in this run.  Everything it starts is
+# stopped on exit.  Sizes can be changed through the variables below (e.g.
+# SCALE_LARGE=200000 bash bench/run.sh for a quick run).
+set -euo pipefail
+
+BENCH=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(dirname "$BENCH")
+PGBIN=/usr/lib/postgresql/15/bin
+PY=/usr/bin/python3                 # Debian's, which has psycopg2
+
+EMIT_SECONDS=${EMIT_SECONDS:-8}             # case 1: each pgbench run
+WRK_SECONDS=${WRK_SECONDS:-10}              # case 2: the wrk ceiling
+THROUGHPUT_EVENTS=${THROUGHPUT_EVENTS:-200000}
+LATENCY_RATE=${LATENCY_RATE:-1000}          # case 3: events a second
+LATENCY_SECONDS=${LATENCY_SECONDS:-30}
+SCALE_SMALL=${SCALE_SMALL:-10000}           # case 4
+SCALE_LARGE=${SCALE_LARGE:-1000000}
+FANOUT_ENDPOINTS=${FANOUT_ENDPOINTS:-16}    # case 5
+FANOUT_EVENTS=${FANOUT_EVENTS:-12500}       # per endpoint: 200,000 deliveries
+ISOLATION_EVENTS=${ISOLATION_EVENTS:-100000}  # case 6
+BIG_EVENTS=${BIG_EVENTS:-200}               # case 7: requests to the 100 MB receiver
+BATCH_SIZE=${BATCH_SIZE:-500}               # the relay's settings (defaults)
+MAX_CONCURRENCY=${MAX_CONCURRENCY:-64}
+ENDPOINT_CONCURRENCY=${ENDPOINT_CONCURRENCY:-32}
+
+export LC_ALL=C.UTF-8
+unset PGHOSTADDR PGDATABASE PGSERVICE PGOPTIONS PGPASSWORD
+
+log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*"; }
+die() { log "run.sh: $*" >&2; exit 1; }
+
+[ "$(id -u)" -eq 0 ] || die "run as root (it installs packages and runs PostgreSQL as postgres)"
+
+WORK=
+NGINX_PID=
+HANG_PID=
+BIG_PID=
+T0=$(date +%s)
+
+cleanup()
+{
+	set +e
+	for pid in $NGINX_PID $HANG_PID $BIG_PID; do
+		kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
+	done
+	if [ -n "$WORK" ] && [ -f "$WORK/data/postmaster.pid" ]; then
+		runuser -u postgres -- "$PGBIN/pg_ctl" -D "$WORK/data" -m immediate -w stop >/dev/null 2>&1
+	fi
+	[ -n "$WORK" ] && rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# ---------------------------------------------------------------------------
+# Setup
+# ---------------------------------------------------------------------------
+
+install_packages()
+{
+	local pkg missing=()
+
+	for pkg in build-essential postgresql-15 postgresql-server-dev-15 libcurl4-openssl-dev \
+		nginx wrk postgresql-15-pgq3 gnuplot-nox python3 python3-psycopg2; do
+		[ "$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null)" = "install ok installed" ] ||
+			missing+=("$pkg")
+	done
+	if [ ${#missing[@]} -gt 0 ]; then
+		log "installing ${missing[*]}"
+		export DEBIAN_FRONTEND=noninteractive
+		apt-get update -q >/dev/null
+		apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+	fi
+}
+
+build_extension()
+{
+	log "building and installing outbox from $ROOT"
+	mkdir "$WORK/build"
+	(cd "$ROOT" && git ls-files -z -co --exclude-standard -- Makefile outbox.control 'outbox--*.sql' src |
+		tar --null -T - -cf -) | tar -xf - -C "$WORK/build"
+	if ! make -C "$WORK/build" PG_CONFIG="$PGBIN/pg_config" -j2 install >"$WORK/build.log" 2>&1; then
+		cat "$WORK/build.log"
+		die "build failed"
+	fi
+}
+
+free_port()
+{
+	"$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+psql_q() { "$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 "$@"; }
+sql() { psql_q -At -c "$1"; }
+
+start_postgres()
+{
+	log "starting PostgreSQL in $WORK/data"
+	export PGHOST=$WORK PGPORT=$(free_port) PGUSER=postgres PGDATABASE=postgres
+	runuser -u postgres -- "$PGBIN/initdb" -D "$WORK/data" -A trust -E UTF8 >/dev/null
+	cat >>"$WORK/data/postgresql.conf" <<-EOF
+		listen_addresses = ''
+		port = $PGPORT
+		unix_socket_directories = '$WORK'
+		max_connections = 40
+		shared_buffers = 1GB
+		max_wal_size = 8GB
+		checkpoint_timeout = 30min
+		synchronous_commit = off
+		shared_preload_libraries = 'outbox'
+		outbox.database = 'postgres'
+		outbox.allowed_networks = '127.0.0.1/32'
+		outbox.batch_size = $BATCH_SIZE
+		outbox.max_concurrency = $MAX_CONCURRENCY
+		outbox.endpoint_concurrency = $ENDPOINT_CONCURRENCY
+	EOF
+	runuser -u postgres -- "$PGBIN/pg_ctl" -D "$WORK/data" -l "$WORK/postgres.log" -w start >/dev/null
+	psql_q -f "$BENCH/sql/setup.sql" >/dev/null
+	PG_VERSION=$(sql "SHOW server_version")
+}
+
+start_receivers()
+{
+	NGINX_PORT=$(free_port)
+	HANG_PORT=$(free_port)
+	BIG_PORT=$(free_port)
+	mkdir -p "$WORK/nginx-body"
+	sed -e "s|@DIR@|$WORK|g" -e "s|@PORT@|$NGINX_PORT|g" "$BENCH/nginx.conf.in" >"$WORK/nginx.conf"
+	nginx -p "$WORK" -c "$WORK/nginx.conf" &
+	NGINX_PID=$!
+	"$PY" "$BENCH/receiver.py" hang "$HANG_PORT" &
+	HANG_PID=$!
+	"$PY" "$BENCH/receiver.py" big "$BIG_PORT" &
+	BIG_PID=$!
+	for _ in $(seq 50); do
+		(exec 3<>"/dev/tcp/127.0.0.1/$NGINX_PORT") 2>/dev/null && break
+		sleep 0.1
+	done
+	log "receivers: nginx on $NGINX_PORT, never-answering on $HANG_PORT, 100 MB answers on $BIG_PORT"
+}
+
+# ---------------------------------------------------------------------------
+# Helpers for the relay cases
+# ---------------------------------------------------------------------------
+
+RESULTS=                            # set in main: "key value" lines
+
+result() { echo "$1 $2" >>"$RESULTS"; }
+
+reset_outbox() { psql_q -f "$BENCH/sql/reset.sql" >/dev/null; }
+
+# new_endpoint NAME URL [TIMEOUT]: an endpoint for bench.* events, paused
+# so that its backlog waits until deliver.py resumes it.
+new_endpoint()
+{
+	sql "SELECT outbox.create_endpoint('$1', '$2', '{bench.*}', timeout => '${3:-30 seconds}');
+	     SELECT outbox.pause_endpoint('$1');" >/dev/null
+}
+
+# emit_backlog N: emit N bench.event events, 100,000 a transaction.
+emit_backlog()
+{
+	local n=$1 first=1 last t=$SECONDS
+
+	while [ "$first" -le "$n" ]; do
+		last=$((first + 99999 > n ? n : first + 99999))
+		psql_q -v first="$first" -v last="$last" -f "$BENCH/sql/backlog.sql" >/dev/null
+		first=$((last + 1))
+		[ "$n" -ge 500000 ] && log "  emitted $last/$n"
+	done
+	log "  emitted $n events in $((SECONDS - t)) s"
+}
+
+# deliver LABEL RESUME WAIT EVENTS: resume endpoints, time the delivery.
+deliver()
+{
+	"$PY" "$BENCH/deliver.py" --label "$1" --resume "$2" --wait "$3" --events "$4" \
+		--results "$RESULTS" --timeout "${5:-600}"
+}
+
+# delivered_ok NAME: successful attempts to endpoint NAME, from the log.
+delivered_ok()
+{
+	sql "SELECT count(*) FROM outbox.attempt_log a JOIN outbox.endpoints e ON e.id = a.endpoint_id
+	      WHERE e.name = '$1' AND a.status BETWEEN 200 AND 299"
+}
+
+attempts_to() { sql "SELECT count(*) FROM outbox.attempt_log a JOIN outbox.endpoints e ON e.id = a.endpoint_id WHERE e.name = '$1'"; }
+
+check_delivered()
+{
+	local name=$1 want=$2 got
+
+	got=$(delivered_ok "$name")
+	result "check.$name" "$got/$want"
+	[ "$got" -eq "$want" ] || log "  WARNING: $name received $got of $want events"
+}
+
+# ---------------------------------------------------------------------------
+# The cases
+# ---------------------------------------------------------------------------
+
+case_emit_cost()
+{
+	local mode variant tps
+
+	log "case 1: emit cost, pgbench 4 clients, prepared, ${EMIT_SECONDS} s a run"
+	for mode in off on; do
+		for variant in none bare pgq outbox; do
+			psql_q -f "$BENCH/sql/emit_reset.sql" >/dev/null
+			PGOPTIONS="-c synchronous_commit=$mode" "$PGBIN/pgbench" -n -M prepared -c 4 -j 2 \
+				-T "$EMIT_SECONDS" -f "$BENCH/sql/emit_$variant.sql" >"$WORK/pgbench.log" 2>&1 || true
+			tps=$(sed -n 's/^tps = \([0-9.]*\) (without initial connection time)/\1/p' "$WORK/pgbench.log")
+			[ -n "$tps" ] || { cat "$WORK/pgbench.log"; die "pgbench gave no figure for $variant"; }
+			result "emit.$mode.$variant" "$tps"
+			log "  synchronous_commit=$mode, $variant: $tps tps"
+		done
+	done
+	psql_q -f "$BENCH/sql/emit_reset.sql" >/dev/null
+}
+
+case_throughput()
+{
+	local rps
+
+	log "case 2: relay throughput, $THROUGHPUT_EVENTS events waiting, one endpoint"
+	reset_outbox
+	new_endpoint thr "http://127.0.0.1:$NGINX_PORT/thr"
+	emit_backlog "$THROUGHPUT_EVENTS"
+	deliver throughput thr thr "$THROUGHPUT_EVENTS"
+	check_delivered thr "$THROUGHPUT_EVENTS"
+
+	# The ceiling: wrk sending the same request at the same concurrency.
+	sql "SELECT outbox._body(event_type, created_at, payload) FROM outbox.events
+	      WHERE event_type = 'bench.event' LIMIT 1" >"$WORK/request"
+	cat >>"$WORK/request" <<-EOF
+		Content-Type: application/json
+		Accept: */*
+		User-Agent: outbox/1.0
+		webhook-id: $(cat /proc/sys/kernel/random/uuid)
+		webhook-timestamp: $(date +%s)
+		webhook-signature: v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=
+	EOF
+	rps=$(BENCH_REQUEST="$WORK/request" wrk -t 1 -c "$ENDPOINT_CONCURRENCY" -d "${WRK_SECONDS}s" \
+		-s "$BENCH/wrk_post.lua" "http://127.0.0.1:$NGINX_PORT/wrk" |
+		sed -n 's/^Requests\/sec: *\([0-9.]*\)/\1/p')
+	result wrk.rate "$rps"
+	log "  wrk, 1 thread, $ENDPOINT_CONCURRENCY connections: $rps requests/s"
+}
+
+# With linux-perf installed (BENCH_PERF=0 to skip): case 2 again, with
+# 100,000 events, under `perf record -g` of the relay; the top of the
+# report goes to bench/perf-throughput.txt.  A separate pass, so that the
+# profiler does not slow the figures of the table.
+case_profile()
+{
+	local relay perf_pid
+
+	command -v perf >/dev/null && [ "${BENCH_PERF:-1}" = 1 ] || return 0
+	log "profile: case 2 again under perf record -g"
+	reset_outbox
+	new_endpoint prof "http://127.0.0.1:$NGINX_PORT/prof"
+	emit_backlog 100000
+	relay=$(sql "SELECT pid FROM pg_stat_activity WHERE backend_type = 'outbox relay'")
+	perf record -q -g -p "$relay" -o "$WORK/perf.data" >/dev/null 2>&1 &
+	perf_pid=$!
+	sleep 0.5
+	deliver profile prof prof 100000
+	kill -INT "$perf_pid" && wait "$perf_pid" || true
+	{
+		echo "# perf record -g of the outbox relay during case 2 (100,000 events), by library"
+		perf report -i "$WORK/perf.data" --stdio --no-children --sort dso -g none 2>/dev/null |
+			grep -v '^#' | grep -v '^$' | head -n 15
+		echo "# and by symbol (postgres has no debug symbols here: hex addresses are in it)"
+		perf report -i "$WORK/perf.data" --stdio --no-children --sort dso,symbol -g none \
+			--percent-limit 0.7 2>/dev/null | grep -v '^#' | grep -v '^$' | head -n 40
+	} >"$BENCH/perf-throughput.txt" || true
+	log "  wrote $BENCH/perf-throughput.txt"
+}
+
+case_latency()
+{
+	log "case 3: latency, $LATENCY_RATE events/s for $LATENCY_SECONDS s"
+	reset_outbox
+	sql "SELECT outbox.create_endpoint('lat', 'http://127.0.0.1:$NGINX_PORT/latency', '{bench.latency}')" >/dev/null
+	sleep 1                             # let the relay load the endpoint
+	"$PY" "$BENCH/latency.py" --rate "$LATENCY_RATE" --seconds "$LATENCY_SECONDS" \
+		--arrivals "$WORK/arrivals.log" --cdf "$WORK/latency.dat" --results "$RESULTS"
+}
+
+# table_stats LABEL: the outbox tables' total size, dead tuples and
+# sequential scans of tables with more than 10,000 rows.
+table_stats()
+{
+	sleep 1.5                           # the relay flushes its statistics each second
+	result "$1.size_bytes" "$(sql "SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c
+	                                 WHERE c.relnamespace = 'outbox'::regnamespace AND c.relkind = 'r'")"
+	result "$1.dead_tuples" "$(sql "SELECT coalesce(sum(n_dead_tup), 0) FROM pg_stat_user_tables WHERE schemaname = 'outbox'")"
+	result "$1.dead_detail" "$(sql "SELECT coalesce(string_agg(relname || '=' || n_dead_tup, ',' ORDER BY relname), '-')
+	                                  FROM pg_stat_user_tables WHERE schemaname = 'outbox' AND n_dead_tup > 0")"
+	sql "SELECT relname, seq_scan, n_live_tup FROM pg_stat_user_tables WHERE schemaname = 'outbox'" >"$WORK/$1.seqscans"
+}
+
+case_scale()
+{
+	local before after
+
+	log "case 4: scale, $SCALE_SMALL then $SCALE_LARGE events waiting"
+	reset_outbox
+	new_endpoint small "http://127.0.0.1:$NGINX_PORT/small"
+	emit_backlog "$SCALE_SMALL"
+	deliver scale_small small small "$SCALE_SMALL"
+	check_delivered small "$SCALE_SMALL"
+
+	reset_outbox
+	table_stats scale_before
+	new_endpoint large "http://127.0.0.1:$NGINX_PORT/large"
+	emit_backlog "$SCALE_LARGE"
+	table_stats scale_emitted
+	deliver scale_large large large "$SCALE_LARGE"
+	check_delivered large "$SCALE_LARGE"
+	table_stats scale_after
+	# Sequential scans, while delivering, of tables that hold more than
+	# 10,000 rows at either end (fields: name|scans|rows before|scans|rows after).
+	result scale.seqscans "$(join -t '|' <(sort "$WORK/scale_emitted.seqscans") <(sort "$WORK/scale_after.seqscans") |
+		awk -F'|' '$4 > $2 && ($3 > 10000 || $5 > 10000) { printf "%s%s=%d", sep, $1, $4 - $2; sep = "," }
+		           END { if (!sep) printf "none" }')"
+}
+
+case_fanout()
+{
+	local names i
+
+	log "case 5: fan-out, $FANOUT_ENDPOINTS endpoints, $FANOUT_EVENTS events each"
+	reset_outbox
+	names=$(seq -f "fan%02g" 1 "$FANOUT_ENDPOINTS" | paste -sd,)
+	for i in ${names//,/ }; do
+		new_endpoint "$i" "http://127.0.0.1:$NGINX_PORT/$i"
+	done
+	emit_backlog "$FANOUT_EVENTS"
+	deliver fanout "$names" "$names" "$FANOUT_EVENTS"
+	check_delivered fan01 "$FANOUT_EVENTS"
+}
+
+case_isolation()
+{
+	local kind url
+
+	for kind in failing hanging; do
+		if [ "$kind" = failing ]; then
+			url="http://127.0.0.1:$NGINX_PORT/fail"
+			log "case 6a: isolation, one endpoint answering 503, $ISOLATION_EVENTS events"
+		else
+			url="http://127.0.0.1:$HANG_PORT/"
+			log "case 6b: isolation, one endpoint never answering (1 s timeout), $ISOLATION_EVENTS events"
+		fi
+		reset_outbox
+		new_endpoint healthy "http://127.0.0.1:$NGINX_PORT/healthy"
+		new_endpoint "$kind" "$url" "1 second"
+		emit_backlog "$ISOLATION_EVENTS"
+		deliver "isolation_$kind" "healthy,$kind" healthy "$ISOLATION_EVENTS"
+		check_delivered healthy "$ISOLATION_EVENTS"
+		result "isolation_$kind.bad_attempts" "$(attempts_to "$kind")"
+		result "isolation_$kind.bad_events" "$(sql "SELECT count(DISTINCT a.id) FROM outbox.attempt_log a
+		                                            JOIN outbox.endpoints e ON e.id = a.endpoint_id WHERE e.name = '$kind'")"
+		result "isolation_$kind.bad_retries" "$(sql "SELECT count(*) FROM outbox.attempt_log a
+		                                             JOIN outbox.endpoints e ON e.id = a.endpoint_id
+		                                             WHERE e.name = '$kind' AND a.attempt > 1")"
+		log "  $kind endpoint: $(attempts_to "$kind") attempts meanwhile"
+	done
+}
+
+case_memory_big()
+{
+	log "case 7: memory, $BIG_EVENTS requests answered with 100 MB each"
+	reset_outbox
+	new_endpoint big "http://127.0.0.1:$BIG_PORT/"
+	emit_backlog "$BIG_EVENTS"
+	deliver memory_big big big "$BIG_EVENTS"
+	check_delivered big "$BIG_EVENTS"
+}
+
+# ---------------------------------------------------------------------------
+
+main()
+{
+	install_packages
+	WORK=$(mktemp -d /tmp/outbox-bench.XXXXXX)
+	chown postgres:postgres "$WORK"
+	chmod 755 "$WORK"
+	RESULTS=$WORK/results.txt
+	build_extension
+	start_postgres
+	start_receivers
+	log "PostgreSQL $PG_VERSION, $(nproc) cores; relay batch_size $BATCH_SIZE," \
+		"max_concurrency $MAX_CONCURRENCY, endpoint_concurrency $ENDPOINT_CONCURRENCY"
+	result env.pg_version "$PG_VERSION"
+	result env.cores "$(nproc)"
+	result env.cpu "$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1 | tr ' ' '_')"
+	result env.git "$(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo unknown)"
+	result env.settings "batch_size=$BATCH_SIZE,max_concurrency=$MAX_CONCURRENCY,endpoint_concurrency=$ENDPOINT_CONCURRENCY"
+
+	case_emit_cost
+	case_throughput
+	case_latency
+	case_fanout
+	case_memory_big
+	case_isolation
+	case_scale
+	case_profile
+
+	result env.seconds "$(($(date +%s) - T0))"
+	"$PY" "$BENCH/report.py" --results "$RESULTS" --work "$WORK" --out "$BENCH"
+	log "done in $(($(date +%s) - T0)) s; wrote $BENCH/RESULTS.md and $BENCH/*.png"
+}
+
+main "$@"

@@ -1061,9 +1061,12 @@ BEGIN
        SET attempts = EXCLUDED.attempts, last_status = EXCLUDED.last_status,
            last_error = EXCLUDED.last_error, dead_at = now();
 
+    -- By primary key, one probe per event: a join could scan all of the
+    -- endpoint's retries for every batch.
     DELETE FROM outbox.retries r
-     USING unnest(ids, outcomes) AS o(id, outcome)
-     WHERE r.endpoint_id = eid AND r.id = o.id AND o.outcome IN ('delivered', 'dead', 'already');
+     WHERE r.endpoint_id = eid
+       AND r.id = ANY (ARRAY(SELECT o.id FROM unnest(ids, outcomes) AS o(id, outcome)
+                              WHERE o.outcome IN ('delivered', 'dead', 'already')));
 
     IF batch IS NOT NULL THEN
         IF batch_done THEN

@@ -47,6 +47,8 @@
 #define RECORD_INTERVAL_MS	10
 /* After a record failed or found its endpoint busy, try again after this. */
 #define RECORD_RETRY_MS		200
+/* After this many failures in a row an endpoint only gets probes. */
+#define CIRCUIT_FAILURES	20
 /* Failing deliveries are reported at most this often per endpoint. */
 #define WARNING_INTERVAL_MS	60000
 
@@ -174,9 +176,19 @@ read_round(bool full)
 			{
 				if (!ep->active)
 					continue;
-				if (ep->page == NULL)
+				/*
+				 * An endpoint failing without pause gets one new event per
+				 * full round to probe it, besides its due retries: its
+				 * backlog waits at its position instead of costing the
+				 * other endpoints the relay's time.
+				 */
+				if (ep->page == NULL &&
+					(ep->consecutive_failures < CIRCUIT_FAILURES || full))
 				{
-					ep->page = store_read_page(ep, outbox_batch_size, relay_cxt);
+					ep->page = store_read_page(ep,
+											   ep->consecutive_failures < CIRCUIT_FAILURES ?
+											   outbox_batch_size : 1,
+											   relay_cxt);
 					if (ep->page)
 						dlist_push_tail(&unconfirmed, &ep->page->node);
 				}
@@ -417,6 +429,10 @@ collect(void)
 		}
 		d->outcome = policy_outcome_name(o);
 		d->state = DELIVERY_DONE;
+		if (o == OUTCOME_DELIVERED)
+			b->ep->consecutive_failures = 0;
+		else
+			b->ep->consecutive_failures++;
 		b->pending--;
 		b->ep->in_flight--;
 		in_flight--;
@@ -535,7 +551,9 @@ worth_reading(void)
 	hash_seq_init(&seq, endpoints);
 	while ((ep = hash_seq_search(&seq)) != NULL)
 	{
-		if (ep->active && ((ep->page == NULL) || (ep->more_due && ep->due == NULL)))
+		if (ep->active &&
+			((ep->page == NULL && ep->consecutive_failures < CIRCUIT_FAILURES) ||
+			 (ep->more_due && ep->due == NULL)))
 			worth = true;
 	}
 	return worth;

@@ -39,6 +39,7 @@ typedef struct RelayEndpoint
 	bool		more_due;		/* due retries were recorded: read again */
 	bool		verify_page;	/* skip events already answered with a 2xx: */
 	bool		verify_due;		/* set at start and after a failed record */
+	int			consecutive_failures;	/* since the last 2xx, in this relay */
 	TimestampTz last_warning;	/* last "deliveries are failing" report */
 	int			failures_unreported;
 } RelayEndpoint;

@@ -33,6 +33,7 @@
 #include "emit.h"
 #include "guc.h"
 #include "shmem.h"
+#include "spi_plan.h"
 #include "validate.h"
 
 PG_FUNCTION_INFO_V1(emit);
@@ -107,19 +108,6 @@ make_uuid_v7(pg_uuid_t *uuid)
 	uuid->data[8] = (uuid->data[8] & 0x3f) | 0x80;	/* RFC 4122 variant */
 }
 
-static SPIPlanPtr
-prepare_kept(const char *sql, int nargs, Oid *argtypes)
-{
-	SPIPlanPtr	plan = SPI_prepare(sql, nargs, argtypes);
-
-	if (plan == NULL)
-		elog(ERROR, "SPI_prepare failed for \"%s\": %s", sql,
-			 SPI_result_code_string(SPI_result));
-	if (SPI_keepplan(plan) != 0)
-		elog(ERROR, "SPI_keepplan failed");
-	return plan;
-}
-
 static void
 check_text_arg(FunctionCallInfo fcinfo, int argno, const char *name)
 {
@@ -161,11 +149,11 @@ dedupe_existing(Datum dedupe_key, pg_uuid_t *event_id)
 	{
 		Oid			types[2] = {TEXTOID, UUIDOID};
 
-		dedupe_insert_plan = prepare_kept(
+		dedupe_insert_plan = outbox_prepare_kept(
 										  "INSERT INTO outbox.dedupe (dedupe_key, event_id) VALUES ($1, $2) "
 										  "ON CONFLICT (dedupe_key) DO NOTHING",
 										  2, types);
-		dedupe_lookup_plan = prepare_kept(
+		dedupe_lookup_plan = outbox_prepare_kept(
 										  "SELECT event_id FROM outbox.dedupe WHERE dedupe_key = $1",
 										  1, types);
 	}
@@ -256,7 +244,7 @@ emit(PG_FUNCTION_ARGS)
 	{
 		Oid			types[6] = {UUIDOID, TEXTOID, JSONBOID, TEXTOID, JSONBOID, TIMESTAMPTZOID};
 
-		insert_plan = prepare_kept(
+		insert_plan = outbox_prepare_kept(
 								   "INSERT INTO outbox.events "
 								   "(id, slot, event_id, txid, event_type, payload, key, headers, deliver_at, created_at) "
 								   "SELECT nextval('outbox.event_seq'), q.cur_slot, $1, pg_current_xact_id(), "

@@ -47,6 +47,8 @@
 #define RECORD_INTERVAL_MS	10
 /* After a record failed or found its endpoint busy, try again after this. */
 #define RECORD_RETRY_MS		200
+/* While idle, latch wake-ups are taken at most this often. */
+#define WAKE_COALESCE_MS	1
 /* After this many failures in a row an endpoint only gets probes. */
 #define CIRCUIT_FAILURES	20
 /* Failing deliveries are reported at most this often per endpoint. */
@@ -587,6 +589,7 @@ outbox_relay_main(Datum arg)
 	TimestampTz last_read = 0;
 	uint64		seen_version = 0;
 	uint64		version;
+	TimestampTz last_wake = 0;
 
 	memcpy(dbname, MyBgworkerEntry->bgw_extra, BGW_EXTRALEN);
 	dbname[BGW_EXTRALEN - 1] = '\0';
@@ -669,10 +672,23 @@ outbox_relay_main(Datum arg)
 			continue;
 		}
 
+		/*
+		 * Under a stream of commits, take wake-ups at most once per
+		 * WAKE_COALESCE_MS while idle: every emitting commit sets the latch,
+		 * and waking for each would take a core from the emitters.
+		 */
+		if (in_flight == 0 && last_wake != 0 &&
+			!TimestampDifferenceExceeds(last_wake, GetCurrentTimestamp(), WAKE_COALESCE_MS))
+			(void) WaitLatch(MyLatch, WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 WAKE_COALESCE_MS, PG_WAIT_EXTENSION);
+
 		/* Sleep on the latch, libcurl's sockets and the poll timer at once. */
 		until_poll = outbox_poll_interval -
 			TimestampDifferenceMilliseconds(last_read, GetCurrentTimestamp());
 		if (http_wait(Max(until_poll, 0)))
+		{
 			read_now = true;
+			last_wake = GetCurrentTimestamp();
+		}
 	}
 }

@@ -24,6 +24,7 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
+#include "spi_plan.h"
 #include "store.h"
 
 static SPIPlanPtr endpoints_plan = NULL;
@@ -33,19 +34,6 @@ static SPIPlanPtr record_plan = NULL;
 
 /* Until the first load of endpoints since this relay started. */
 static bool first_load = true;
-
-static SPIPlanPtr
-prepare(const char *sql, int nargs, Oid *types)
-{
-	SPIPlanPtr	plan = SPI_prepare(sql, nargs, types);
-
-	if (plan == NULL)
-		elog(ERROR, "SPI_prepare failed for \"%s\": %s", sql,
-			 SPI_result_code_string(SPI_result));
-	if (SPI_keepplan(plan) != 0)
-		elog(ERROR, "SPI_keepplan failed");
-	return plan;
-}
 
 /* Drop kept plans, e.g. after the extension went away. */
 void
@@ -93,7 +81,7 @@ store_load_endpoints(HTAB *endpoints, MemoryContext cxt)
 	int			rc;
 
 	if (endpoints_plan == NULL)
-		endpoints_plan = prepare(
+		endpoints_plan = outbox_prepare_kept(
 								 "SELECT e.id, e.name, e.url, "
 								 "  array_to_string(outbox._header_lines(e.headers), E'\\n'), "
 								 "  (extract(epoch FROM e.timeout) * 1000)::bigint, e.max_attempts, e.ordered, "
@@ -237,114 +225,145 @@ link_same_key(Batch *b)
 }
 
 /*
+ * Run a read plan (page or due retries) for ep and copy what both return
+ * into a new batch under parent: id, event_id, key, body, header_lines
+ * and delivered.  NULL when it returned nothing.  The caller reads its
+ * own columns from SPI_tuptable afterwards.
+ */
+static Batch *
+read_batch(SPIPlanPtr plan, RelayEndpoint *ep, bool is_page, int limit, bool verify,
+		   MemoryContext parent)
+{
+	Datum		args[3];
+	int			rc;
+	Batch	   *b;
+	MemoryContext old;
+	TupleDesc	desc;
+	int			c_id,
+				c_event,
+				c_key,
+				c_body,
+				c_headers,
+				c_delivered;
+
+	args[0] = Int32GetDatum(ep->id);
+	args[1] = Int32GetDatum(limit);
+	args[2] = BoolGetDatum(verify);
+	rc = SPI_execute_plan(plan, args, NULL, !is_page, 0);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "reading events failed: %s", SPI_result_code_string(rc));
+	if (SPI_processed == 0)
+		return NULL;
+
+	desc = SPI_tuptable->tupdesc;
+	c_id = SPI_fnumber(desc, "id");
+	c_event = SPI_fnumber(desc, "event_id");
+	c_key = SPI_fnumber(desc, "key");
+	c_body = SPI_fnumber(desc, "body");
+	c_headers = SPI_fnumber(desc, "header_lines");
+	c_delivered = SPI_fnumber(desc, "delivered");
+
+	b = new_batch(ep, is_page, (int) SPI_processed, parent);
+	old = MemoryContextSwitchTo(b->cxt);
+	for (int i = 0; i < b->n; i++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[i];
+		Delivery   *d = &b->d[i];
+		bool		isnull;
+
+		d->batch = b;
+		d->prev_same_key = -1;
+		d->id = DatumGetInt64(col_datum(tup, desc, c_id, &isnull));
+		memcpy(&d->event_id, DatumGetUUIDP(col_datum(tup, desc, c_event, &isnull)), sizeof(pg_uuid_t));
+		d->key = col_text(tup, desc, c_key);
+		d->body = TextDatumGetCString(col_datum(tup, desc, c_body, &isnull));
+		copy_header_lines(d, col_datum(tup, desc, c_headers, &isnull));
+		d->already = DatumGetBool(col_datum(tup, desc, c_delivered, &isnull));
+	}
+	MemoryContextSwitchTo(old);
+	return b;
+}
+
+/*
  * The next page of new events for ep, or NULL when there is none.  The
  * batch lives in a new memory context under parent.
  */
 Batch *
 store_read_page(RelayEndpoint *ep, int limit, MemoryContext parent)
 {
-	Datum		args[3];
-	int			rc;
 	Batch	   *b;
-	MemoryContext old;
+	TupleDesc	desc;
+	int			c_deliver_at,
+				c_blocked;
 
 	if (page_plan == NULL)
 	{
 		Oid			types[3] = {INT4OID, INT4OID, BOOLOID};
 
-		page_plan = prepare("SELECT id, event_id, deliver_at, key, body, header_lines, batch, blocked, delivered "
+		page_plan = outbox_prepare_kept("SELECT id, event_id, deliver_at, key, body, header_lines, batch, blocked, delivered "
 							"FROM outbox._read_page($1, $2, $3)", 3, types);
 	}
-	args[0] = Int32GetDatum(ep->id);
-	args[1] = Int32GetDatum(limit);
-	args[2] = BoolGetDatum(ep->verify_page);
-	rc = SPI_execute_plan(page_plan, args, NULL, false, 0);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "reading events failed: %s", SPI_result_code_string(rc));
-	if (SPI_processed == 0)
+	b = read_batch(page_plan, ep, true, limit, ep->verify_page, parent);
+	if (b == NULL)
 		return NULL;
 
-	b = new_batch(ep, true, (int) SPI_processed, parent);
-	old = MemoryContextSwitchTo(b->cxt);
+	desc = SPI_tuptable->tupdesc;
+	c_deliver_at = SPI_fnumber(desc, "deliver_at");
+	c_blocked = SPI_fnumber(desc, "blocked");
+	b->snap = MemoryContextStrdup(b->cxt, col_text(SPI_tuptable->vals[0], desc, SPI_fnumber(desc, "batch")));
 	for (int i = 0; i < b->n; i++)
 	{
 		HeapTuple	tup = SPI_tuptable->vals[i];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
 		Delivery   *d = &b->d[i];
 		bool		isnull;
 		Datum		v;
 
-		d->batch = b;
-		d->id = DatumGetInt64(col_datum(tup, desc, 1, &isnull));
-		memcpy(&d->event_id, DatumGetUUIDP(col_datum(tup, desc, 2, &isnull)), sizeof(pg_uuid_t));
-		v = col_datum(tup, desc, 3, &isnull);
+		v = col_datum(tup, desc, c_deliver_at, &isnull);
 		d->deliver_at = isnull ? 0 : DatumGetTimestampTz(v);
 		d->deferred = !isnull && d->deliver_at > GetCurrentTimestamp();
-		if (DatumGetBool(col_datum(tup, desc, 8, &isnull)))
+		/* On an ordered endpoint, waiting behind an earlier event of its key. */
+		if (DatumGetBool(col_datum(tup, desc, c_blocked, &isnull)))
 		{
 			d->deferred = true;
 			d->deliver_at = GetCurrentTimestamp();
 		}
 		d->attempt = d->deferred ? 0 : 1;
-		d->body = TextDatumGetCString(col_datum(tup, desc, 5, &isnull));
-		copy_header_lines(d, col_datum(tup, desc, 6, &isnull));
-		if (i == 0)
-			b->snap = col_text(tup, desc, 7);
-		d->key = col_text(tup, desc, 4);
-		d->already = DatumGetBool(col_datum(tup, desc, 9, &isnull));
 	}
 	link_same_key(b);
 	b->last_id = b->d[b->n - 1].id;
 	b->batch_done = b->n < limit;
-	MemoryContextSwitchTo(old);
 	return b;
 }
 
-/* The due retries of ep, or NULL when none is due. */
+/*
+ * The due retries of ep, or NULL when none is due.  _read_due returns one
+ * event per key on an ordered endpoint, so no delivery waits for another.
+ */
 Batch *
 store_read_due(RelayEndpoint *ep, int limit, MemoryContext parent)
 {
-	Datum		args[3];
-	int			rc;
 	Batch	   *b;
-	MemoryContext old;
+	int			c_attempts;
 
 	if (due_plan == NULL)
 	{
 		Oid			types[3] = {INT4OID, INT4OID, BOOLOID};
 
-		due_plan = prepare("SELECT id, event_id, attempts, key, body, header_lines, delivered "
+		due_plan = outbox_prepare_kept("SELECT id, event_id, attempts, key, body, header_lines, delivered "
 						   "FROM outbox._read_due($1, $2, $3)", 3, types);
 	}
-	args[0] = Int32GetDatum(ep->id);
-	args[1] = Int32GetDatum(limit);
-	args[2] = BoolGetDatum(ep->verify_due);
-	rc = SPI_execute_plan(due_plan, args, NULL, true, 0);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "reading due retries failed: %s", SPI_result_code_string(rc));
-	if (SPI_processed == 0)
+	b = read_batch(due_plan, ep, false, limit, ep->verify_due, parent);
+	if (b == NULL)
 		return NULL;
 
-	b = new_batch(ep, false, (int) SPI_processed, parent);
-	old = MemoryContextSwitchTo(b->cxt);
+	c_attempts = SPI_fnumber(SPI_tuptable->tupdesc, "attempts");
 	for (int i = 0; i < b->n; i++)
 	{
-		HeapTuple	tup = SPI_tuptable->vals[i];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
-		Delivery   *d = &b->d[i];
 		bool		isnull;
 
-		d->batch = b;
-		d->id = DatumGetInt64(col_datum(tup, desc, 1, &isnull));
-		memcpy(&d->event_id, DatumGetUUIDP(col_datum(tup, desc, 2, &isnull)), sizeof(pg_uuid_t));
-		d->attempt = DatumGetInt32(col_datum(tup, desc, 3, &isnull)) + 1;
-		d->key = col_text(tup, desc, 4);
-		d->prev_same_key = -1;	/* _read_due sends one event per key */
-		d->already = DatumGetBool(col_datum(tup, desc, 7, &isnull));
-		d->body = TextDatumGetCString(col_datum(tup, desc, 5, &isnull));
-		copy_header_lines(d, col_datum(tup, desc, 6, &isnull));
+		b->d[i].attempt = DatumGetInt32(col_datum(SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
+												  c_attempts, &isnull)) + 1;
 	}
-	MemoryContextSwitchTo(old);
 	return b;
 }
 
@@ -399,7 +418,7 @@ store_record(Batch *b, bool complete)
 			TIMESTAMPTZARRAYOID, INT4ARRAYOID, TEXTARRAYOID,
 		FLOAT4ARRAYOID, TEXTARRAYOID, TEXTOID};
 
-		record_plan = prepare("SELECT outbox._record($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
+		record_plan = outbox_prepare_kept("SELECT outbox._record($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
 							  14, types);
 	}
 

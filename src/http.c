@@ -1,9 +1,13 @@
 /*-------------------------------------------------------------------------
  *
  * http.c
- *	  HTTP through libcurl.  For now: the check of endpoint URLs, with
- *	  libcurl's own URL parser so that what is accepted here is exactly what
- *	  libcurl will later request.
+ *	  HTTP through libcurl: the check of endpoint URLs (libcurl's own URL
+ *	  parser, so that what is accepted is exactly what libcurl will later
+ *	  request), and the multi-handle wrapper the relay submits requests to,
+ *	  with the address policy applied at connect time (address.c).
+ *
+ * The wrapper runs in the relay only, with no transaction open; see the
+ * comment above http_configure for who limits what.
  *
  *-------------------------------------------------------------------------
  */

@@ -8,7 +8,10 @@
  *
  * One relay serves one database, passed to it in bgw_extra.  Per
  * endpoint at most one page of new events and one set of due retries are
- * in flight; a slow endpoint only holds back itself.  Commits of emitting
+ * in flight; a slow endpoint only holds back itself, and one failing
+ * without pause only gets probes (CIRCUIT_FAILURES).  The relay never waits
+ * on a lock held by a user's transaction for long: it skips what is locked
+ * and tries again, and gives way in a deadlock.  Commits of emitting
  * transactions set our latch (emit.c); outbox.poll_interval covers retries,
  * deliver_at and prepared transactions.  The loop sleeps in one wait on the
  * latch and on the sockets libcurl watches (http_wait), so a commit wakes it

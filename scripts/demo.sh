@@ -7,6 +7,8 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=scripts/copy_tree.sh
+. "$ROOT/scripts/copy_tree.sh"
 PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
 PGBIN=/usr/lib/postgresql/15/bin
 export LC_ALL=C.UTF-8
@@ -71,14 +73,7 @@ EOF
 heading "build and install"
 # Build in a copy, so the checkout gets no build products.
 mkdir "$WORK/build"
-if command -v git >/dev/null && git -C "$ROOT" rev-parse --git-dir >/dev/null 2>&1; then
-	(cd "$ROOT" && git ls-files -z -co --exclude-standard |
-		while IFS= read -r -d '' f; do
-			if [ -e "$f" ]; then printf '%s\0' "$f"; fi
-		done | tar --null -T - -cf -) | tar -xf - -C "$WORK/build"
-else
-	tar -C "$ROOT" --exclude=.git -cf - . | tar -xf - -C "$WORK/build"
-fi
+copy_tree "$ROOT" "$WORK/build"
 chown -R postgres:postgres "$WORK"
 as_postgres make -s -C "$WORK/build" PG_CONFIG="$PG_CONFIG" clean >/dev/null
 as_postgres make -s -C "$WORK/build" PG_CONFIG="$PG_CONFIG"

@@ -7,6 +7,8 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=scripts/copy_tree.sh
+. "$ROOT/scripts/copy_tree.sh"
 PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
 
 # The same messages and collation on every machine, and no stray connection
@@ -55,17 +57,8 @@ pgmake()
 	as_postgres make -C "$SCRATCH" PG_CONFIG="$PG_CONFIG" "$@"
 }
 
-# Copy the files git knows about (tracked, plus untracked files that are not
-# ignored); outside git, copy everything but .git.
 echo "== copying $ROOT to $SCRATCH"
-if command -v git >/dev/null && git -C "$ROOT" rev-parse --git-dir >/dev/null 2>&1; then
-	(cd "$ROOT" && git ls-files -z -co --exclude-standard |
-		while IFS= read -r -d '' f; do
-			if [ -e "$f" ]; then printf '%s\0' "$f"; fi
-		done | tar --null -T - -cf -) | tar -xf - -C "$SCRATCH"
-else
-	tar -C "$ROOT" --exclude=.git -cf - . | tar -xf - -C "$SCRATCH"
-fi
+copy_tree "$ROOT" "$SCRATCH"
 mkdir "$SCRATCH/tmp"
 chown -R postgres:postgres "$SCRATCH"
 

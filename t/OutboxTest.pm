@@ -13,6 +13,13 @@ use Time::HiRes qw(usleep);
 
 our @EXPORT = qw(outbox_node start_receiver received wait_received);
 
+# Receivers started by this test, stopped however the test ends.
+my @receivers;
+END
+{
+	$_->kill_kill for @receivers;
+}
+
 # A started node with outbox preloaded, the extension created in database
 # postgres, and 127.0.0.1 allowed as a target (outbox.allowed_networks).
 # Extra settings are appended.
@@ -39,6 +46,7 @@ sub start_receiver
 	my $port_file = "$dir/port";
 	my $script = dirname(__FILE__) . '/webhook_receiver.py';
 	my $h = IPC::Run::start([ 'python3', $script, '--log', $log, '--port-file', $port_file ]);
+	push @receivers, $h;
 	for (my $i = 0; $i < 100 && !-e $port_file; $i++)
 	{
 		usleep(100_000);

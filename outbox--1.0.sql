@@ -789,6 +789,17 @@ SELECT d.event_id, ep.name AS endpoint, d.event_type, d.key, d.attempts, d.last_
   JOIN outbox.endpoints ep ON ep.id = d.endpoint_id;
 COMMENT ON VIEW outbox.dead_letters IS 'events given up on per endpoint; outbox.retry_dead() sends them again';
 
+CREATE FUNCTION outbox._relay_stats(
+    OUT pid integer, OUT database text, OUT started_at timestamptz,
+    OUT batches bigint, OUT deliveries bigint, OUT failures bigint, OUT retries bigint,
+    OUT bytes_sent bigint, OUT http_seconds double precision, OUT sql_seconds double precision)
+LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'outbox_relay_stats';
+COMMENT ON FUNCTION outbox._relay_stats() IS 'internal: the relay''s shared-memory counters';
+
+CREATE VIEW outbox.relay_stats AS SELECT * FROM outbox._relay_stats();
+COMMENT ON VIEW outbox.relay_stats IS
+    'the running relay (pid NULL when none) and what it did since it started: batches recorded, deliveries, failures, retries, request bytes sent, seconds waiting with requests in flight and seconds in SQL';
+
 CREATE FUNCTION outbox.health()
 RETURNS TABLE (check_name text, status text, detail text)
 LANGUAGE sql STABLE

@@ -438,6 +438,9 @@ collect(void)
 			b->ep->consecutive_failures = 0;
 		else
 			b->ep->consecutive_failures++;
+		outbox_count(o == OUTCOME_DELIVERED ? RELAY_DELIVERIES : RELAY_FAILURES, 1);
+		outbox_count(RELAY_RETRIES, d->attempt > 1 ? 1 : 0);
+		outbox_count(RELAY_BYTES, req->body_len);
 		b->pending--;
 		b->ep->in_flight--;
 		in_flight--;
@@ -513,6 +516,9 @@ record_round(void)
 		else if (!ok)
 			b->ep->verify_due = true;
 
+		if (complete && recorded)
+			outbox_count(RELAY_BATCHES, 1);
+
 		/*
 		 * A batch is done once complete and recorded.  One whose record
 		 * failed is given up (its events are read again, skipping those
@@ -546,6 +552,16 @@ record_round(void)
  * has no page in flight (a commit may have left it something), or wants
  * its due retries read again.
  */
+/* Add the microseconds since start to a relay counter. */
+static void
+count_since(RelayCounter counter, TimestampTz start)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (now > start)
+		outbox_count(counter, (uint64) (now - start));
+}
+
 static bool
 worth_reading(void)
 {
@@ -593,6 +609,8 @@ outbox_relay_main(Datum arg)
 	uint64		seen_version = 0;
 	uint64		version;
 	TimestampTz last_wake = 0;
+	TimestampTz step_start;
+	bool		waiting_on_http;
 
 	memcpy(dbname, MyBgworkerEntry->bgw_extra, BGW_EXTRALEN);
 	dbname[BGW_EXTRALEN - 1] = '\0';
@@ -623,6 +641,7 @@ outbox_relay_main(Datum arg)
 	http_start(outbox_max_concurrency);
 	before_shmem_exit(relay_shmem_exit, (Datum) 0);
 	outbox_shmem_set_relay(MyProc->pgprocno);
+	outbox_relay_started(MyDatabaseId);
 
 	ereport(LOG, (errmsg("outbox relay started for database \"%s\"", dbname)));
 
@@ -655,6 +674,7 @@ outbox_relay_main(Datum arg)
 			seen_version = version;
 			last_read = now;
 			read_round(true);
+			count_since(RELAY_SQL_US, now);
 		}
 		else if (read_now)
 		{
@@ -662,13 +682,18 @@ outbox_relay_main(Datum arg)
 			ResetLatch(MyLatch);
 			read_now = false;
 			if (worth_reading())
+			{
 				read_round(false);
+				count_since(RELAY_SQL_US, now);
+			}
 		}
 
 		/* Collect first: finished requests make room for pump(). */
 		collect();
 		pump();
+		step_start = GetCurrentTimestamp();
 		record_round();
+		count_since(RELAY_SQL_US, step_start);
 		if (want_more())
 		{
 			read_now = true;
@@ -688,10 +713,14 @@ outbox_relay_main(Datum arg)
 		/* Sleep on the latch, libcurl's sockets and the poll timer at once. */
 		until_poll = outbox_poll_interval -
 			TimestampDifferenceMilliseconds(last_read, GetCurrentTimestamp());
+		step_start = GetCurrentTimestamp();
+		waiting_on_http = in_flight > 0;
 		if (http_wait(Max(until_poll, 0)))
 		{
 			read_now = true;
 			last_wake = GetCurrentTimestamp();
 		}
+		if (waiting_on_http)
+			count_since(RELAY_HTTP_US, step_start);
 	}
 }

@@ -9,7 +9,22 @@
 #ifndef OUTBOX_SHMEM_H
 #define OUTBOX_SHMEM_H
 
+/* What the relay counts since it started (outbox.relay_stats). */
+typedef enum RelayCounter
+{
+	RELAY_BATCHES,				/* batches recorded in full */
+	RELAY_DELIVERIES,			/* requests answered with a 2xx */
+	RELAY_FAILURES,				/* requests that failed */
+	RELAY_RETRIES,				/* requests that were a second or later attempt */
+	RELAY_BYTES,				/* request bodies sent, in bytes */
+	RELAY_HTTP_US,				/* microseconds waiting with requests in flight */
+	RELAY_SQL_US,				/* microseconds in reading and recording */
+	RELAY_NCOUNTERS
+} RelayCounter;
+
 extern void outbox_shmem_init(void);
+extern void outbox_relay_started(Oid dboid);
+extern void outbox_count(RelayCounter counter, uint64 n);
 extern bool outbox_shmem_available(void);
 extern void outbox_shmem_require(void);
 extern void outbox_shmem_set_relay(int pgprocno);

@@ -53,6 +53,15 @@ for my $r (@got)
 	is($ok, 't', "signature of $r->{headers}{'webhook-id'} verifies");
 }
 
+# The relay's counters: the three deliveries above, one request body each.
+$node->poll_query_until('postgres', 'SELECT deliveries >= 3 FROM outbox.relay_stats')
+  or die 'relay_stats did not count the deliveries';
+is($node->safe_psql('postgres', q{
+	SELECT s.pid = a.pid AND s.database = 'postgres' AND s.deliveries = 3 AND s.failures = 0
+	       AND s.retries = 0 AND s.batches >= 1 AND s.bytes_sent > 3 * 60 AND s.sql_seconds > 0
+	  FROM outbox.relay_stats s, pg_stat_activity a WHERE a.backend_type = 'outbox relay'}),
+	't', 'relay_stats counts deliveries, batches and bytes of the running relay');
+
 $node->stop;
 $receiver->kill_kill;
 done_testing();

@@ -125,7 +125,6 @@ outbox_check_url(PG_FUNCTION_ARGS)
 
 static CURLM *multi = NULL;
 static dlist_head in_flight = DLIST_STATIC_INIT(in_flight);
-static int	n_in_flight = 0;
 
 /*
  * The sockets libcurl wants watched (socket callback) and when it wants to
@@ -482,13 +481,6 @@ http_submit(HttpRequest *req)
 		elog(ERROR, "could not add a request to the libcurl multi handle");
 	}
 	dlist_push_tail(&in_flight, &req->node);
-	n_in_flight++;
-}
-
-int
-http_in_flight(void)
-{
-	return n_in_flight;
 }
 
 /*
@@ -550,7 +542,6 @@ release(HttpRequest *req)
 	req->easy = NULL;
 	req->headers = NULL;
 	dlist_delete(&req->node);
-	n_in_flight--;
 }
 
 /*

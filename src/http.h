@@ -51,7 +51,6 @@ typedef struct HttpRequest
 extern void http_start(int max_total);
 extern void http_configure(int max_total);
 extern void http_submit(HttpRequest *req);
-extern int	http_in_flight(void);
 extern bool http_wait(long timeout_ms);
 extern HttpRequest *http_next_done(void);
 extern void http_abandon_all(void);

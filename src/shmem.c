@@ -1,11 +1,11 @@
 /*-------------------------------------------------------------------------
  *
  * shmem.c
- *	  Shared state: the relay's latch (as its PGPROC number) and a wake-up
- *	  counter.
+ *	  Shared state: the relay's latch (as its PGPROC number), the version of
+ *	  the endpoints, and the relay's counters.
  *
  * Only a preloaded library gets shared memory.  Everything here is a plain
- * atomic: committing backends read the relay's proc number and set its
+ * atomic (but for what the relay writes alone): committing backends read the relay's proc number and set its
  * latch without taking a lock, so a commit never waits on the relay.  A
  * stale proc number can at worst set an unrelated process's latch, which
  * latches tolerate as a spurious wake-up.  The relay also keeps its
@@ -37,7 +37,6 @@ typedef struct OutboxShared
 {
 	pg_atomic_uint32 relay_procno;	/* PGPROC number of the relay, or
 									 * INVALID_PROCNO */
-	pg_atomic_uint64 wakeups;	/* commits that woke the relay */
 	pg_atomic_uint64 endpoints_version; /* bumped by commits that changed
 										 * endpoints or queued retries */
 	/* The relay's counters, written by the relay alone */
@@ -73,7 +72,6 @@ outbox_shmem_startup(void)
 	if (!found)
 	{
 		pg_atomic_init_u32(&shared->relay_procno, INVALID_PROCNO);
-		pg_atomic_init_u64(&shared->wakeups, 0);
 		pg_atomic_init_u64(&shared->endpoints_version, 0);
 		pg_atomic_init_u32(&shared->relay_pid, 0);
 		shared->relay_dboid = InvalidOid;
@@ -98,12 +96,6 @@ outbox_shmem_init(void)
 	shmem_request_hook = outbox_shmem_request;
 	prev_shmem_startup_hook = shmem_startup_hook;
 	shmem_startup_hook = outbox_shmem_startup;
-}
-
-bool
-outbox_shmem_available(void)
-{
-	return shared != NULL;
 }
 
 /* Error out when the library was not preloaded. */
@@ -206,7 +198,6 @@ outbox_wake_relay(void)
 	if (shared == NULL)
 		return;
 	procno = pg_atomic_read_u32(&shared->relay_procno);
-	pg_atomic_fetch_add_u64(&shared->wakeups, 1);
 	if (procno != INVALID_PROCNO && procno < ProcGlobal->allProcCount)
 		SetLatch(&ProcGlobal->allProcs[procno].procLatch);
 }
@@ -226,8 +217,3 @@ outbox_endpoints_version(void)
 	return shared ? pg_atomic_read_u64(&shared->endpoints_version) : 0;
 }
 
-uint64
-outbox_wakeups(void)
-{
-	return shared ? pg_atomic_read_u64(&shared->wakeups) : 0;
-}

@@ -2,7 +2,7 @@
  *
  * shmem.h
  *	  outbox's shared state: where the relay sleeps, so that committing
- *	  transactions can wake it.
+ *	  transactions can wake it; the endpoints' version; the relay's counters.
  *
  *-------------------------------------------------------------------------
  */
@@ -25,11 +25,9 @@ typedef enum RelayCounter
 extern void outbox_shmem_init(void);
 extern void outbox_relay_started(Oid dboid);
 extern void outbox_count(RelayCounter counter, uint64 n);
-extern bool outbox_shmem_available(void);
 extern void outbox_shmem_require(void);
 extern void outbox_shmem_set_relay(int pgprocno);
 extern void outbox_wake_relay(void);
-extern uint64 outbox_wakeups(void);
 extern void outbox_endpoints_changed(void);
 extern uint64 outbox_endpoints_version(void);
 

@@ -41,24 +41,6 @@ sub relay_pid
 		"SELECT pid FROM pg_stat_activity WHERE backend_type = 'outbox relay'");
 }
 
-# webhook-ids received at a path, with how often each came.
-sub ids_at
-{
-	my ($path, @got) = @_;
-	my %n;
-	$n{ $_->{headers}{'webhook-id'} }++ for grep { $_->{path} eq $path } @got;
-	return \%n;
-}
-
-sub got_all
-{
-	my ($path, @ids) = @_;
-	return sub {
-		my $n = ids_at($path, @_);
-		return !grep { !$n->{$_} } @ids;
-	};
-}
-
 sub health
 {
 	my ($check, $set) = @_;

@@ -13,24 +13,6 @@ use Test::More;
 my $primary = outbox_node('primary', init => { allows_streaming => 1 });
 my ($url, $log, $receiver) = start_receiver();
 
-# webhook-ids received at a path, with how often each came.
-sub ids_at
-{
-	my ($path, @got) = @_;
-	my %n;
-	$n{ $_->{headers}{'webhook-id'} }++ for grep { $_->{path} eq $path } @got;
-	return \%n;
-}
-
-sub got_all
-{
-	my ($path, @ids) = @_;
-	return sub {
-		my $n = ids_at($path, @_);
-		return !grep { !$n->{$_} } @ids;
-	};
-}
-
 # 'live' is delivered by the primary; 'held' is paused there, so its
 # events are still owed when the primary goes away.
 $primary->safe_psql('postgres', qq{

@@ -11,7 +11,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Time::HiRes qw(usleep);
 
-our @EXPORT = qw(outbox_node start_receiver received wait_received);
+our @EXPORT = qw(outbox_node start_receiver received wait_received ids_at got_all);
 
 # Receivers started by this test, stopped however the test ends.
 my @receivers;
@@ -85,6 +85,25 @@ sub wait_received
 		usleep(50_000);
 	}
 	return 0;
+}
+
+# webhook-ids received at a path, with how often each came.
+sub ids_at
+{
+	my ($path, @got) = @_;
+	my %n;
+	$n{ $_->{headers}{'webhook-id'} }++ for grep { $_->{path} eq $path } @got;
+	return \%n;
+}
+
+# A condition for wait_received: every one of ids arrived at path.
+sub got_all
+{
+	my ($path, @ids) = @_;
+	return sub {
+		my $n = ids_at($path, @_);
+		return !grep { !$n->{$_} } @ids;
+	};
 }
 
 1;

@@ -14,6 +14,9 @@ OBJS = \
 	src/address.o \
 	src/policy.o \
 	src/store.o \
+	src/launcher.o \
+	src/inbox.o \
+	src/origin.o \
 	src/relay.o
 
 DATA = $(wildcard outbox--*.sql)

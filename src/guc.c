@@ -4,9 +4,9 @@
  *	  Every outbox.* configuration parameter, with its unit, bounds and
  *	  when a change takes effect.
  *
- * Parameters read by the relay are PGC_SIGHUP: the relay rereads them on
- * reload.  outbox.database is PGC_POSTMASTER: it decides at start which
- * database the relay connects to.
+ * Parameters read by the launcher and the relays are PGC_SIGHUP: they
+ * reread them on reload.  outbox.max_relays is PGC_POSTMASTER: it sizes
+ * shared memory.
  *
  *-------------------------------------------------------------------------
  */
@@ -22,6 +22,11 @@
 
 int			outbox_max_payload_size = 1024 * 1024;
 char	   *outbox_database = NULL;
+int			outbox_max_relays = 8;
+/* Read in SQL (current_setting) by the rotation: no C reader. */
+static int	outbox_retention = 7 * 86400;
+static int	outbox_attempt_retention = 7 * 86400;
+static int	outbox_inbox_retention = 7 * 86400;
 int			outbox_poll_interval = 1000;
 int			outbox_max_concurrency = 64;
 int			outbox_endpoint_concurrency = 32;
@@ -96,12 +101,20 @@ outbox_guc_init(void)
 							NULL, NULL, NULL);
 
 	DefineCustomStringVariable("outbox.database",
-							   "Database the relay delivers events from.",
-							   NULL,
+							   "Databases a relay may serve: a comma-separated list of names.",
+							   "Empty: every database where outbox is installed.",
 							   &outbox_database,
-							   "postgres",
-							   PGC_POSTMASTER, 0,
+							   "",
+							   PGC_SIGHUP, 0,
 							   NULL, NULL, NULL);
+
+	DefineCustomIntVariable("outbox.max_relays",
+							"Most databases served at once, one relay each.",
+							"Each relay, and the launcher, is a background worker counted in max_worker_processes.",
+							&outbox_max_relays,
+							8, 1, 1024,
+							PGC_POSTMASTER, 0,
+							NULL, NULL, NULL);
 
 	DefineCustomIntVariable("outbox.poll_interval",
 							"How often the relay looks for work when nothing wakes it.",
@@ -159,7 +172,32 @@ outbox_guc_init(void)
 							   PGC_SIGHUP, GUC_SUPERUSER_ONLY,
 							   NULL, NULL, NULL);
 
-	/* The next three are read in SQL through current_setting(). */
+	/* The rest are read in SQL through current_setting(). */
+	DefineCustomIntVariable("outbox.retention",
+							"How long delivered events are kept before rotation removes them.",
+							"Events still owed to an endpoint are kept until delivered or dead-lettered.",
+							&outbox_retention,
+							7 * 86400, 1, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("outbox.attempt_retention",
+							"How long the attempt log is kept.",
+							NULL,
+							&outbox_attempt_retention,
+							7 * 86400, 1, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("outbox.inbox_retention",
+							"How long mark_processed() remembers a message.",
+							"A duplicate arriving later than this is not recognised.",
+							&outbox_inbox_retention,
+							7 * 86400, 1, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+
 	DefineCustomIntVariable("outbox.disable_after",
 							"Disable an endpoint that has had no successful delivery for this long.",
 							"Counted from its first failure after the last success.",

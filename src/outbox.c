@@ -5,9 +5,10 @@
  *	  each part's init.
  *
  * Loaded through shared_preload_libraries, the module defines its GUCs,
- * reserves shared memory and registers the relay.  Loaded on demand (by a
- * plain CREATE EXTENSION or the first call of a function) it only defines
- * the GUCs; functions that need shared memory then say so.
+ * reserves shared memory, registers the launcher (which starts a relay per
+ * database with outbox installed) and hooks database commands.  Loaded on
+ * demand (by a plain CREATE EXTENSION or the first call of a function) it
+ * only defines the GUCs; functions that need shared memory then say so.
  *
  *-------------------------------------------------------------------------
  */
@@ -16,7 +17,7 @@
 #include "fmgr.h"
 
 #include "guc.h"
-#include "relay.h"
+#include "launcher.h"
 #include "shmem.h"
 
 PG_MODULE_MAGIC;
@@ -28,5 +29,6 @@ _PG_init(void)
 {
 	outbox_guc_init();
 	outbox_shmem_init();
-	outbox_relay_register();
+	outbox_launcher_register();
+	outbox_launcher_hooks_init();
 }

@@ -6,7 +6,10 @@
  *	  transactions, delivers them with no transaction open, and records the
  *	  outcomes in a second short transaction (DESIGN.md, data flow).
  *
- * One relay serves one database, passed to it in bgw_extra.  Per
+ * One relay serves one database: the launcher starts it with the database
+ * in bgw_main_arg and its shared-memory slot in bgw_extra.  It leaves on
+ * its own when outbox is not installed there (or is an older version), and
+ * once a second it rotates the events, the attempt log and the inbox.  Per
  * endpoint at most one page of new events and one set of due retries are
  * in flight; a slow endpoint only holds back itself, and one failing
  * without pause only gets probes (CIRCUIT_FAILURES).  The relay never waits
@@ -24,6 +27,7 @@
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "common/pg_prng.h"
+#include "commands/dbcommands.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "pgstat.h"
@@ -52,6 +56,8 @@
 #define RECORD_RETRY_MS		200
 /* While idle, latch wake-ups are taken at most this often. */
 #define WAKE_COALESCE_MS	1
+/* How often the relay looks for a partition to rotate. */
+#define ROTATE_INTERVAL_MS	1000
 /* After this many failures in a row an endpoint only gets probes. */
 #define CIRCUIT_FAILURES	20
 /* Failing deliveries are reported at most this often per endpoint. */
@@ -66,33 +72,21 @@ static dlist_head active = DLIST_STATIC_INIT(active);
 static dlist_head unconfirmed = DLIST_STATIC_INIT(unconfirmed);
 static int	in_flight = 0;
 
-void
-outbox_relay_register(void)
-{
-	BackgroundWorker worker;
-
-	if (!process_shared_preload_libraries_in_progress)
-		return;
-
-	memset(&worker, 0, sizeof(worker));
-	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
-	/* Not on a standby: it starts once recovery has finished (promotion). */
-	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
-	worker.bgw_restart_time = 5;
-	strlcpy(worker.bgw_library_name, "outbox", BGW_MAXLEN);
-	strlcpy(worker.bgw_function_name, "outbox_relay_main", BGW_MAXLEN);
-	snprintf(worker.bgw_name, BGW_MAXLEN, "outbox relay for %s", outbox_database);
-	strlcpy(worker.bgw_type, "outbox relay", BGW_MAXLEN);
-	strlcpy(worker.bgw_extra, outbox_database, BGW_EXTRALEN);
-	RegisterBackgroundWorker(&worker);
-}
+/*
+ * Set when a read round finds no outbox (of this library's version) here;
+ * with the launch requests counted before that look (shmem.h).
+ */
+static bool extension_absent = false;
+static uint64 requests_before_check = 0;
 
 static void
 relay_shmem_exit(int code, Datum arg)
 {
-	outbox_shmem_set_relay(-1);
+	outbox_relay_detach(extension_absent ? RELAY_EXIT_ABSENT : RELAY_EXIT_UNKNOWN,
+						requests_before_check);
 	http_abandon_all();
-	ereport(LOG, (errmsg("outbox relay stopping")));
+	if (!extension_absent)
+		ereport(LOG, (errmsg("outbox relay stopping")));
 }
 
 static void
@@ -157,18 +151,19 @@ defer(Delivery *d, TimestampTz next_at)
  * events and, in a full round (the poll timer, or endpoints changed), its
  * due retries and a fresh copy of the endpoints.  One short transaction.
  * Batches go to the active list only once it committed.  Without the
- * extension there is nothing to read.
+ * extension there is nothing to read, and the relay leaves (main loop).
  */
 static void
 read_round(bool full)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 
+	requests_before_check = outbox_launch_requests();
 	PG_TRY();
 	{
 		begin_tx("outbox: reading events");
-		if (!store_extension_ready())
-			store_forget_plans();
+		if ((full || extension_absent) && !store_extension_ready())
+			extension_absent = true;
 		else
 		{
 			HASH_SEQ_STATUS seq;
@@ -547,11 +542,6 @@ record_round(void)
 	}
 }
 
-/*
- * Is a read round worth a transaction now?  Only if some active endpoint
- * has no page in flight (a commit may have left it something), or wants
- * its due retries read again.
- */
 /* Add the microseconds since start to a relay counter. */
 static void
 count_since(RelayCounter counter, TimestampTz start)
@@ -562,6 +552,11 @@ count_since(RelayCounter counter, TimestampTz start)
 		outbox_count(counter, (uint64) (now - start));
 }
 
+/*
+ * Is a read round worth a transaction now?  Only if some active endpoint
+ * has no page in flight (a commit may have left it something), or wants
+ * its due retries read again.
+ */
 static bool
 worth_reading(void)
 {
@@ -598,10 +593,34 @@ want_more(void)
 	return more;
 }
 
+/*
+ * Rotate what has outlived its retention, in a transaction of its own; a
+ * failure (a lock not granted at once, say) waits for the next time.
+ */
+static void
+rotate_round(void)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+
+	PG_TRY();
+	{
+		begin_tx("outbox: rotating");
+		store_rotate();
+		end_tx();
+	}
+	PG_CATCH();
+	{
+		recover(cxt);
+	}
+	PG_END_TRY();
+}
+
 void
 outbox_relay_main(Datum arg)
 {
-	char		dbname[BGW_EXTRALEN];
+	Oid			dboid = DatumGetObjectId(arg);
+	int			slot;
+	char	   *dbname;
 	HASHCTL		ctl;
 	MemoryContext loop_cxt;
 	bool		read_now = true;
@@ -609,16 +628,18 @@ outbox_relay_main(Datum arg)
 	uint64		seen_version = 0;
 	uint64		version;
 	TimestampTz last_wake = 0;
+	TimestampTz last_rotate = 0;
 	TimestampTz step_start;
 	bool		waiting_on_http;
 
-	memcpy(dbname, MyBgworkerEntry->bgw_extra, BGW_EXTRALEN);
-	dbname[BGW_EXTRALEN - 1] = '\0';
-
+	memcpy(&slot, MyBgworkerEntry->bgw_extra, sizeof(slot));
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
-	BackgroundWorkerInitializeConnection(dbname, NULL, 0);
+	/* In the slot first, so that DROP DATABASE can stop us from now on. */
+	outbox_relay_attach(slot, dboid);
+	before_shmem_exit(relay_shmem_exit, (Datum) 0);
+	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
 	pgstat_report_appname("outbox relay");
 	/* Losing the relay's own last commit can only repeat a delivery. */
 	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
@@ -638,11 +659,17 @@ outbox_relay_main(Datum arg)
 	ctl.hcxt = relay_cxt;
 	endpoints = hash_create("outbox endpoints", 64, &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
 
-	http_start(outbox_max_concurrency);
-	before_shmem_exit(relay_shmem_exit, (Datum) 0);
-	outbox_shmem_set_relay(MyProc->pgprocno);
-	outbox_relay_started(MyDatabaseId);
+	/* The name, for messages (a catalog lookup needs a transaction). */
+	StartTransactionCommand();
+	dbname = MemoryContextStrdup(relay_cxt, get_database_name(MyDatabaseId));
+	CommitTransactionCommand();
 
+	http_start(outbox_max_concurrency);
+	read_round(true);
+	if (extension_absent)
+		proc_exit(0);
+	last_read = GetCurrentTimestamp();
+	seen_version = outbox_endpoints_version();
 	ereport(LOG, (errmsg("outbox relay started for database \"%s\"", dbname)));
 
 	loop_cxt = AllocSetContextCreate(relay_cxt, "outbox relay loop", ALLOCSET_DEFAULT_SIZES);
@@ -675,6 +702,12 @@ outbox_relay_main(Datum arg)
 			last_read = now;
 			read_round(true);
 			count_since(RELAY_SQL_US, now);
+			if (extension_absent)
+			{
+				ereport(LOG, (errmsg("outbox relay leaves database \"%s\": outbox is not installed there",
+									 dbname)));
+				proc_exit(0);
+			}
 		}
 		else if (read_now)
 		{
@@ -686,6 +719,13 @@ outbox_relay_main(Datum arg)
 				read_round(false);
 				count_since(RELAY_SQL_US, now);
 			}
+		}
+
+		if (TimestampDifferenceExceeds(last_rotate, now, ROTATE_INTERVAL_MS))
+		{
+			last_rotate = now;
+			rotate_round();
+			count_since(RELAY_SQL_US, now);
 		}
 
 		/* Collect first: finished requests make room for pump(). */

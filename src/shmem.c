@@ -1,15 +1,16 @@
 /*-------------------------------------------------------------------------
  *
  * shmem.c
- *	  Shared state: the relay's latch (as its PGPROC number), the version of
- *	  the endpoints, and the relay's counters.
+ *	  Shared state: one slot per relay, the launcher's latch and launch
+ *	  requests, and databases whose relay is held off.
  *
- * Only a preloaded library gets shared memory.  Everything here is a plain
- * atomic (but for what the relay writes alone): committing backends read the relay's proc number and set its
- * latch without taking a lock, so a commit never waits on the relay.  A
- * stale proc number can at worst set an unrelated process's latch, which
- * latches tolerate as a spurious wake-up.  The relay also keeps its
- * counters here (outbox.relay_stats), written by it alone.
+ * Only a preloaded library gets shared memory.  The launcher assigns a slot
+ * to a database under the lock (claim, release); the relay in it publishes
+ * where it sleeps and counts what it does.  Committing backends find their
+ * database's slot and set the relay's latch with plain atomic reads and no
+ * lock, so a commit never waits: a stale read can at worst set an
+ * unrelated process's latch, which latches tolerate as a spurious wake-up,
+ * and a relay starting reads everything anyway.
  *
  *-------------------------------------------------------------------------
  */
@@ -20,43 +21,78 @@
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
+#include "pgstat.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
+#include "storage/lwlock.h"
 #include "storage/proc.h"
 #include "storage/shmem.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
+#include "guc.h"
 #include "shmem.h"
 
 PG_FUNCTION_INFO_V1(outbox_relay_stats);
 
 #define INVALID_PROCNO	PG_UINT32_MAX
+/* Databases at once whose relay a database command holds off. */
+#define MAX_HOLDS		16
+
+typedef struct RelaySlot
+{
+	pg_atomic_uint32 dboid;		/* InvalidOid: free (changed under lock) */
+	pg_atomic_uint32 procno;	/* the relay's PGPROC number, or
+								 * INVALID_PROCNO while none runs */
+	pg_atomic_uint32 pid;		/* 0 while no relay runs */
+	pg_atomic_uint64 endpoints_version; /* bumped by commits that changed
+										 * endpoints or queued retries */
+	TimestampTz started_at;
+	RelayExit	exit_reason;	/* set by the relay as it leaves */
+	uint64		requests_seen;	/* launch requests when it looked for the
+								 * extension (RELAY_EXIT_ABSENT) */
+	pg_atomic_uint64 counters[RELAY_NCOUNTERS];
+} RelaySlot;
+
+typedef struct HeldDatabase
+{
+	Oid			dboid;
+	TimestampTz until;
+} HeldDatabase;
 
 typedef struct OutboxShared
 {
-	pg_atomic_uint32 relay_procno;	/* PGPROC number of the relay, or
-									 * INVALID_PROCNO */
-	pg_atomic_uint64 endpoints_version; /* bumped by commits that changed
-										 * endpoints or queued retries */
-	/* The relay's counters, written by the relay alone */
-	pg_atomic_uint32 relay_pid; /* 0 when no relay runs */
-	Oid			relay_dboid;
-	TimestampTz relay_started_at;
-	pg_atomic_uint64 counters[RELAY_NCOUNTERS];
+	LWLock	   *lock;			/* slot assignment and holds */
+	pg_atomic_uint32 launcher_procno;
+	pg_atomic_uint64 launch_requests;	/* bumped by CREATE/ALTER EXTENSION */
+	HeldDatabase holds[MAX_HOLDS];
+	int			nslots;
+	RelaySlot	slots[FLEXIBLE_ARRAY_MEMBER];
 } OutboxShared;
 
 static OutboxShared *shared = NULL;
 
+/* This process's relay slot, and a backend's cached slot for its database. */
+static int	my_slot = -1;
+static int	cached_slot = -1;
+
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+static Size
+shared_size(void)
+{
+	return add_size(offsetof(OutboxShared, slots),
+					mul_size(outbox_max_relays, sizeof(RelaySlot)));
+}
 
 static void
 outbox_shmem_request(void)
 {
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
-	RequestAddinShmemSpace(MAXALIGN(sizeof(OutboxShared)));
+	RequestAddinShmemSpace(MAXALIGN(shared_size()));
+	RequestNamedLWLockTranche("outbox", 1);
 }
 
 static void
@@ -68,16 +104,25 @@ outbox_shmem_startup(void)
 		prev_shmem_startup_hook();
 
 	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
-	shared = ShmemInitStruct("outbox", sizeof(OutboxShared), &found);
+	shared = ShmemInitStruct("outbox", shared_size(), &found);
 	if (!found)
 	{
-		pg_atomic_init_u32(&shared->relay_procno, INVALID_PROCNO);
-		pg_atomic_init_u64(&shared->endpoints_version, 0);
-		pg_atomic_init_u32(&shared->relay_pid, 0);
-		shared->relay_dboid = InvalidOid;
-		shared->relay_started_at = 0;
-		for (int i = 0; i < RELAY_NCOUNTERS; i++)
-			pg_atomic_init_u64(&shared->counters[i], 0);
+		memset(shared, 0, shared_size());
+		shared->lock = &(GetNamedLWLockTranche("outbox"))->lock;
+		pg_atomic_init_u32(&shared->launcher_procno, INVALID_PROCNO);
+		pg_atomic_init_u64(&shared->launch_requests, 0);
+		shared->nslots = outbox_max_relays;
+		for (int i = 0; i < shared->nslots; i++)
+		{
+			RelaySlot  *s = &shared->slots[i];
+
+			pg_atomic_init_u32(&s->dboid, InvalidOid);
+			pg_atomic_init_u32(&s->procno, INVALID_PROCNO);
+			pg_atomic_init_u32(&s->pid, 0);
+			pg_atomic_init_u64(&s->endpoints_version, 0);
+			for (int c = 0; c < RELAY_NCOUNTERS; c++)
+				pg_atomic_init_u64(&s->counters[c], 0);
+		}
 	}
 	LWLockRelease(AddinShmemInitLock);
 }
@@ -109,95 +154,257 @@ outbox_shmem_require(void)
 				 errhint("Add outbox to shared_preload_libraries and restart the server.")));
 }
 
-/* The relay announces where it sleeps (pgprocno), or -1 when it leaves. */
-void
-outbox_shmem_set_relay(int pgprocno)
+int
+outbox_max_slots(void)
 {
-	if (shared == NULL)
-		return;
-	pg_atomic_write_u32(&shared->relay_procno,
+	return shared ? shared->nslots : 0;
+}
+
+/*----------------------------------------------------------------------
+ * The launcher
+ *----------------------------------------------------------------------
+ */
+
+void
+outbox_set_launcher(int pgprocno)
+{
+	pg_atomic_write_u32(&shared->launcher_procno,
 						pgprocno < 0 ? INVALID_PROCNO : (uint32) pgprocno);
-	if (pgprocno < 0)
-		pg_atomic_write_u32(&shared->relay_pid, 0);
+}
+
+uint64
+outbox_launch_requests(void)
+{
+	return pg_atomic_read_u64(&shared->launch_requests);
 }
 
 /*
- * A relay starts: its counters start from zero.  Readers may see a mix of
- * old and new values for a moment; each counter on its own is exact.
+ * Ask the launcher to look again for databases with outbox installed: a
+ * transaction that ran CREATE or ALTER EXTENSION committed.
  */
 void
-outbox_relay_started(Oid dboid)
-{
-	if (shared == NULL)
-		return;
-	for (int i = 0; i < RELAY_NCOUNTERS; i++)
-		pg_atomic_write_u64(&shared->counters[i], 0);
-	shared->relay_dboid = dboid;
-	shared->relay_started_at = GetCurrentTimestamp();
-	pg_write_barrier();
-	pg_atomic_write_u32(&shared->relay_pid, (uint32) MyProcPid);
-}
-
-void
-outbox_count(RelayCounter counter, uint64 n)
-{
-	if (shared != NULL && n > 0)
-		pg_atomic_fetch_add_u64(&shared->counters[counter], n);
-}
-
-/*
- * outbox._relay_stats() returns one row: the running relay (pid NULL when
- * none) and its counters since it started.
- */
-Datum
-outbox_relay_stats(PG_FUNCTION_ARGS)
-{
-	TupleDesc	desc;
-	Datum		values[10];
-	bool		nulls[10] = {0};
-	uint32		pid;
-
-	outbox_shmem_require();
-	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "return type must be a row type");
-
-	pid = pg_atomic_read_u32(&shared->relay_pid);
-	pg_read_barrier();
-	if (pid == 0)
-	{
-		nulls[0] = nulls[1] = nulls[2] = true;
-	}
-	else
-	{
-		char	   *dbname = get_database_name(shared->relay_dboid);
-
-		values[0] = Int32GetDatum((int32) pid);
-		if (dbname)
-			values[1] = CStringGetTextDatum(dbname);
-		else
-			nulls[1] = true;
-		values[2] = TimestampTzGetDatum(shared->relay_started_at);
-	}
-	for (int i = 0; i < RELAY_HTTP_US; i++)
-		values[3 + i] = Int64GetDatum((int64) pg_atomic_read_u64(&shared->counters[i]));
-	values[8] = Float8GetDatum(pg_atomic_read_u64(&shared->counters[RELAY_HTTP_US]) / 1e6);
-	values[9] = Float8GetDatum(pg_atomic_read_u64(&shared->counters[RELAY_SQL_US]) / 1e6);
-	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(desc, values, nulls)));
-}
-
-/*
- * Wake the relay.  Called at commit of a transaction that emitted; must not
- * fail or block.  Without shared memory (library not preloaded) there is no
- * relay to wake.
- */
-void
-outbox_wake_relay(void)
+outbox_request_launch(void)
 {
 	uint32		procno;
 
 	if (shared == NULL)
 		return;
-	procno = pg_atomic_read_u32(&shared->relay_procno);
+	pg_atomic_fetch_add_u64(&shared->launch_requests, 1);
+	procno = pg_atomic_read_u32(&shared->launcher_procno);
+	if (procno != INVALID_PROCNO && procno < ProcGlobal->allProcCount)
+		SetLatch(&ProcGlobal->allProcs[procno].procLatch);
+}
+
+/* The slot serving a database, or -1. */
+int
+outbox_slot_for(Oid dboid)
+{
+	for (int i = 0; i < shared->nslots; i++)
+		if (pg_atomic_read_u32(&shared->slots[i].dboid) == dboid)
+			return i;
+	return -1;
+}
+
+Oid
+outbox_slot_dboid(int slot)
+{
+	return pg_atomic_read_u32(&shared->slots[slot].dboid);
+}
+
+/* Take a free slot for a database; -1 when all are taken. */
+int
+outbox_slot_claim(Oid dboid)
+{
+	int			slot = -1;
+
+	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	for (int i = 0; i < shared->nslots && slot < 0; i++)
+	{
+		RelaySlot  *s = &shared->slots[i];
+
+		if (pg_atomic_read_u32(&s->dboid) != InvalidOid)
+			continue;
+		slot = i;
+		s->exit_reason = RELAY_EXIT_UNKNOWN;
+		s->started_at = 0;
+		pg_atomic_write_u32(&s->procno, INVALID_PROCNO);
+		pg_atomic_write_u32(&s->pid, 0);
+		for (int c = 0; c < RELAY_NCOUNTERS; c++)
+			pg_atomic_write_u64(&s->counters[c], 0);
+		pg_atomic_write_u32(&s->dboid, dboid);
+	}
+	LWLockRelease(shared->lock);
+	return slot;
+}
+
+/* The relay of a slot has gone: free it, and say why it left. */
+RelayExit
+outbox_slot_release(int slot, uint64 *requests_seen)
+{
+	RelaySlot  *s = &shared->slots[slot];
+	RelayExit	reason;
+
+	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	reason = s->exit_reason;
+	*requests_seen = s->requests_seen;
+	pg_atomic_write_u32(&s->procno, INVALID_PROCNO);
+	pg_atomic_write_u32(&s->pid, 0);
+	pg_atomic_write_u32(&s->dboid, InvalidOid);
+	LWLockRelease(shared->lock);
+	return reason;
+}
+
+/* Is the relay of this database held off by a database command? */
+bool
+outbox_held_off(Oid dboid)
+{
+	bool		held = false;
+	TimestampTz now = GetCurrentTimestamp();
+
+	LWLockAcquire(shared->lock, LW_SHARED);
+	for (int i = 0; i < MAX_HOLDS; i++)
+		if (shared->holds[i].dboid == dboid && shared->holds[i].until > now)
+			held = true;
+	LWLockRelease(shared->lock);
+	return held;
+}
+
+/*
+ * Keep the launcher from starting a relay in a database for a while, and
+ * stop the one running there: DROP DATABASE and its kin need the database
+ * to themselves.  Waits, up to the given time, until the relay has gone.
+ */
+void
+outbox_hold_off(Oid dboid, int seconds)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz until = TimestampTzPlusMilliseconds(now, seconds * 1000);
+	int			free_entry = -1;
+	int			slot;
+
+	if (shared == NULL)
+		return;
+	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	for (int i = 0; i < MAX_HOLDS; i++)
+	{
+		HeldDatabase *h = &shared->holds[i];
+
+		if (h->dboid == dboid || h->until <= now)
+		{
+			if (free_entry < 0 || h->dboid == dboid)
+				free_entry = i;
+		}
+	}
+	if (free_entry >= 0)
+	{
+		shared->holds[free_entry].dboid = dboid;
+		shared->holds[free_entry].until = until;
+	}
+	LWLockRelease(shared->lock);
+
+	while ((slot = outbox_slot_for(dboid)) >= 0 && GetCurrentTimestamp() < until)
+	{
+		uint32		pid = pg_atomic_read_u32(&shared->slots[slot].pid);
+
+		if (pid != 0)
+			kill((pid_t) pid, SIGTERM);
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 20, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+}
+
+/*----------------------------------------------------------------------
+ * The relay
+ *----------------------------------------------------------------------
+ */
+
+/* A relay takes its slot: counters from zero, its latch published. */
+void
+outbox_relay_attach(int slot, Oid dboid)
+{
+	RelaySlot  *s;
+
+	if (slot < 0 || slot >= shared->nslots ||
+		pg_atomic_read_u32(&shared->slots[slot].dboid) != dboid)
+		elog(ERROR, "outbox relay slot %d is not assigned to database %u", slot, dboid);
+	s = &shared->slots[slot];
+	my_slot = slot;
+	for (int i = 0; i < RELAY_NCOUNTERS; i++)
+		pg_atomic_write_u64(&s->counters[i], 0);
+	s->started_at = GetCurrentTimestamp();
+	s->exit_reason = RELAY_EXIT_UNKNOWN;
+	pg_write_barrier();
+	pg_atomic_write_u32(&s->procno, (uint32) MyProc->pgprocno);
+	pg_atomic_write_u32(&s->pid, (uint32) MyProcPid);
+}
+
+/*
+ * The relay leaves; the launcher frees the slot once the worker is gone.
+ * requests_seen: the launch requests counted before it looked for the
+ * extension, so that one made since is not taken for "absent".
+ */
+void
+outbox_relay_detach(RelayExit reason, uint64 requests_seen)
+{
+	RelaySlot  *s;
+
+	if (my_slot < 0)
+		return;
+	s = &shared->slots[my_slot];
+	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	s->exit_reason = reason;
+	s->requests_seen = requests_seen;
+	pg_atomic_write_u32(&s->procno, INVALID_PROCNO);
+	pg_atomic_write_u32(&s->pid, 0);
+	LWLockRelease(shared->lock);
+	my_slot = -1;
+}
+
+void
+outbox_count(RelayCounter counter, uint64 n)
+{
+	if (my_slot >= 0 && n > 0)
+		pg_atomic_fetch_add_u64(&shared->slots[my_slot].counters[counter], n);
+}
+
+uint64
+outbox_endpoints_version(void)
+{
+	return my_slot >= 0 ? pg_atomic_read_u64(&shared->slots[my_slot].endpoints_version) : 0;
+}
+
+/*----------------------------------------------------------------------
+ * Backends
+ *----------------------------------------------------------------------
+ */
+
+/* The slot of this backend's database, or NULL; no lock taken. */
+static RelaySlot *
+my_database_slot(void)
+{
+	if (shared == NULL || !OidIsValid(MyDatabaseId))
+		return NULL;
+	if (cached_slot < 0 ||
+		pg_atomic_read_u32(&shared->slots[cached_slot].dboid) != MyDatabaseId)
+		cached_slot = outbox_slot_for(MyDatabaseId);
+	return cached_slot >= 0 ? &shared->slots[cached_slot] : NULL;
+}
+
+/*
+ * Wake the relay of this database.  Called at commit of a transaction that
+ * emitted; must not fail or block.
+ */
+void
+outbox_wake_relay(void)
+{
+	RelaySlot  *s = my_database_slot();
+	uint32		procno;
+
+	if (s == NULL)
+		return;
+	procno = pg_atomic_read_u32(&s->procno);
 	if (procno != INVALID_PROCNO && procno < ProcGlobal->allProcCount)
 		SetLatch(&ProcGlobal->allProcs[procno].procLatch);
 }
@@ -206,14 +413,47 @@ outbox_wake_relay(void)
 void
 outbox_endpoints_changed(void)
 {
-	if (shared == NULL)
-		return;
-	pg_atomic_fetch_add_u64(&shared->endpoints_version, 1);
+	RelaySlot  *s = my_database_slot();
+
+	if (s != NULL)
+		pg_atomic_fetch_add_u64(&s->endpoints_version, 1);
 }
 
-uint64
-outbox_endpoints_version(void)
+/*
+ * outbox._relay_stats() returns a row per running relay, in any database:
+ * its pid, database, start and counters since then.
+ */
+Datum
+outbox_relay_stats(PG_FUNCTION_ARGS)
 {
-	return shared ? pg_atomic_read_u64(&shared->endpoints_version) : 0;
-}
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 
+	outbox_shmem_require();
+	InitMaterializedSRF(fcinfo, 0);
+	for (int i = 0; i < shared->nslots; i++)
+	{
+		RelaySlot  *s = &shared->slots[i];
+		Datum		values[10];
+		bool		nulls[10] = {0};
+		uint32		pid = pg_atomic_read_u32(&s->pid);
+		Oid			dboid = pg_atomic_read_u32(&s->dboid);
+		char	   *dbname;
+
+		if (pid == 0 || !OidIsValid(dboid))
+			continue;
+		pg_read_barrier();
+		dbname = get_database_name(dboid);
+		values[0] = Int32GetDatum((int32) pid);
+		if (dbname)
+			values[1] = CStringGetTextDatum(dbname);
+		else
+			nulls[1] = true;
+		values[2] = TimestampTzGetDatum(s->started_at);
+		for (int c = 0; c < RELAY_HTTP_US; c++)
+			values[3 + c] = Int64GetDatum((int64) pg_atomic_read_u64(&s->counters[c]));
+		values[8] = Float8GetDatum(pg_atomic_read_u64(&s->counters[RELAY_HTTP_US]) / 1e6);
+		values[9] = Float8GetDatum(pg_atomic_read_u64(&s->counters[RELAY_SQL_US]) / 1e6);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
+}

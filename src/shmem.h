@@ -1,15 +1,18 @@
 /*-------------------------------------------------------------------------
  *
  * shmem.h
- *	  outbox's shared state: where the relay sleeps, so that committing
- *	  transactions can wake it; the endpoints' version; the relay's counters.
+ *	  outbox's shared state: one slot per relay (its database, where it
+ *	  sleeps, its endpoints' version and counters), the launcher's latch,
+ *	  and the databases whose relay is held off by a database command.
  *
  *-------------------------------------------------------------------------
  */
 #ifndef OUTBOX_SHMEM_H
 #define OUTBOX_SHMEM_H
 
-/* What the relay counts since it started (outbox.relay_stats). */
+#include "datatype/timestamp.h"
+
+/* What a relay counts since it started (outbox.relay_stats). */
 typedef enum RelayCounter
 {
 	RELAY_BATCHES,				/* batches recorded in full */
@@ -22,13 +25,37 @@ typedef enum RelayCounter
 	RELAY_NCOUNTERS
 } RelayCounter;
 
+/* Why a relay left its slot; the launcher decides what comes next. */
+typedef enum RelayExit
+{
+	RELAY_EXIT_UNKNOWN,			/* died or stopped by a signal: start again */
+	RELAY_EXIT_ABSENT,			/* no outbox (or an old version) in its
+								 * database: wait until one is installed */
+} RelayExit;
+
 extern void outbox_shmem_init(void);
-extern void outbox_relay_started(Oid dboid);
-extern void outbox_count(RelayCounter counter, uint64 n);
 extern void outbox_shmem_require(void);
-extern void outbox_shmem_set_relay(int pgprocno);
+extern int	outbox_max_slots(void);
+
+/* Launcher side */
+extern void outbox_set_launcher(int pgprocno);
+extern uint64 outbox_launch_requests(void);
+extern void outbox_request_launch(void);
+extern int	outbox_slot_for(Oid dboid);
+extern Oid	outbox_slot_dboid(int slot);
+extern int	outbox_slot_claim(Oid dboid);
+extern RelayExit outbox_slot_release(int slot, uint64 *requests_seen);
+extern bool outbox_held_off(Oid dboid);
+extern void outbox_hold_off(Oid dboid, int seconds);
+
+/* Relay side */
+extern void outbox_relay_attach(int slot, Oid dboid);
+extern void outbox_relay_detach(RelayExit reason, uint64 requests_seen);
+extern void outbox_count(RelayCounter counter, uint64 n);
+extern uint64 outbox_endpoints_version(void);
+
+/* Backends */
 extern void outbox_wake_relay(void);
 extern void outbox_endpoints_changed(void);
-extern uint64 outbox_endpoints_version(void);
 
 #endif							/* OUTBOX_SHMEM_H */

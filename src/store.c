@@ -1,8 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * store.c
- *	  Every SQL statement the relay runs: load endpoints, read a page of new
- *	  events or the due retries of an endpoint, record a batch's outcomes.
+ *	  Every SQL statement the relay runs: check the installed version, load
+ *	  endpoints, read a page of new events or the due retries of an
+ *	  endpoint, record a batch's outcomes, and rotate.
  *
  * Callers hold an open transaction with SPI connected and a snapshot
  * pushed (relay.c's bracket).  Plans are prepared once and kept; reading
@@ -17,7 +18,9 @@
 #include "catalog/pg_type.h"
 #include "commands/extension.h"
 #include "executor/spi.h"
+#include "miscadmin.h"
 #include "utils/array.h"
+#include "commands/dbcommands.h"
 #include "utils/builtins.h"
 #include "utils/hsearch.h"
 #include "utils/lsyscache.h"
@@ -31,29 +34,56 @@ static SPIPlanPtr endpoints_plan = NULL;
 static SPIPlanPtr page_plan = NULL;
 static SPIPlanPtr due_plan = NULL;
 static SPIPlanPtr record_plan = NULL;
+static SPIPlanPtr rotate_plan = NULL;
 
 /* Until the first load of endpoints since this relay started. */
 static bool first_load = true;
 
-/* Drop kept plans, e.g. after the extension went away. */
-void
-store_forget_plans(void)
-{
-	SPIPlanPtr *plans[] = {&endpoints_plan, &page_plan, &due_plan, &record_plan};
-
-	for (size_t i = 0; i < lengthof(plans); i++)
-	{
-		if (*plans[i] != NULL)
-			SPI_freeplan(*plans[i]);
-		*plans[i] = NULL;
-	}
-}
-
-/* Is the extension installed in this database (as seen by our snapshot)? */
+/*
+ * Is the version of outbox this library serves installed in this database
+ * (as our snapshot sees it)?  The relay serves no other: the SQL of an
+ * older version, before ALTER EXTENSION outbox UPDATE, lacks what it calls.
+ */
 bool
 store_extension_ready(void)
 {
-	return OidIsValid(get_extension_oid("outbox", true));
+	bool		isnull;
+	Datum		version;
+	int			rc;
+
+	if (!OidIsValid(get_extension_oid("outbox", true)))
+		return false;
+	rc = SPI_execute("SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'outbox'",
+					 true, 1);
+	if (rc != SPI_OK_SELECT || SPI_processed != 1)
+		return false;
+	version = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	if (isnull || strcmp(TextDatumGetCString(version), OUTBOX_VERSION) != 0)
+	{
+		ereport(WARNING,
+				(errmsg("outbox relay does not serve database \"%s\": its outbox is version %s, this library serves %s",
+						get_database_name(MyDatabaseId),
+						isnull ? "(none)" : TextDatumGetCString(version), OUTBOX_VERSION),
+				 errhint("Run ALTER EXTENSION outbox UPDATE in that database.")));
+		return false;
+	}
+	return true;
+}
+
+/*
+ * Rotation: empty the oldest partition of the events, the attempt log and
+ * the inbox once their retention has passed (outbox._rotate()).
+ */
+void
+store_rotate(void)
+{
+	int			rc;
+
+	if (rotate_plan == NULL)
+		rotate_plan = outbox_prepare_kept("SELECT outbox._rotate()", 0, NULL);
+	rc = SPI_execute_plan(rotate_plan, NULL, NULL, false, 0);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "rotation failed: %s", SPI_result_code_string(rc));
 }
 
 static char *

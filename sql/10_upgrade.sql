@@ -1,0 +1,86 @@
+-- The upgrade path: outbox 1.0, with data and grants in it, updated to the
+-- current version by ALTER EXTENSION keeps its data and grants and ends up
+-- the same as a fresh install.  In a database of its own.
+
+SELECT current_database() AS regress_db \gset
+
+-- A fingerprint of the installed extension: every member object with its
+-- definition (function bodies and settings, columns, view queries,
+-- privileges), and the tables pg_dump dumps.
+SELECT $def$
+CREATE FUNCTION pg_temp.outbox_fingerprint() RETURNS text
+LANGUAGE sql AS $$
+    SELECT md5(string_agg(d, E'\n' ORDER BY d COLLATE "C"))
+      FROM (SELECT pg_describe_object(dep.classid, dep.objid, 0)
+                   || coalesce(' ' || (SELECT p.prosrc || p.provolatile::text || p.prosecdef::text
+                                              || coalesce(p.proconfig::text, '') || coalesce(p.proacl, acldefault('f', p.proowner))::text
+                                         FROM pg_proc p WHERE dep.classid = 'pg_proc'::regclass AND p.oid = dep.objid), '')
+                   || coalesce(' ' || (SELECT string_agg(a.attname || ':' || format_type(a.atttypid, a.atttypmod)
+                                                         || a.attnotnull::text, ',' ORDER BY a.attnum)
+                                         FROM pg_attribute a
+                                        WHERE dep.classid = 'pg_class'::regclass AND a.attrelid = dep.objid
+                                          AND a.attnum > 0 AND NOT a.attisdropped), '')
+                   || coalesce(' ' || (SELECT pg_get_viewdef(c.oid) || coalesce(c.relacl, acldefault('r', c.relowner))::text
+                                         FROM pg_class c
+                                        WHERE dep.classid = 'pg_class'::regclass AND c.oid = dep.objid
+                                          AND c.relkind = 'v'), '') AS d
+              FROM pg_depend dep
+             WHERE dep.refclassid = 'pg_extension'::regclass
+               AND dep.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'outbox')
+               AND dep.deptype = 'e'
+            UNION ALL
+            SELECT 'config ' || c::regclass::text || ' ' || coalesce(f, '')
+              FROM pg_extension e, unnest(e.extconfig, e.extcondition) AS u(c, f)
+             WHERE e.extname = 'outbox') x
+$$
+$def$ AS fingerprint_function \gset
+:fingerprint_function;
+SELECT pg_temp.outbox_fingerprint() AS fresh \gset
+
+CREATE DATABASE outbox_upgrade;
+\c outbox_upgrade
+:fingerprint_function;
+
+CREATE EXTENSION outbox VERSION '1.0';
+SELECT extversion FROM pg_extension WHERE extname = 'outbox';
+
+-- Some 1.0 state: an endpoint with its secret, events, an attempt, inbox
+-- rows, and grants to a monitoring role.
+CREATE ROLE outbox_upgrade_monitor;
+GRANT USAGE ON SCHEMA outbox TO outbox_upgrade_monitor;
+GRANT SELECT ON outbox.attempts, outbox.endpoint_status TO outbox_upgrade_monitor;
+SELECT outbox.create_endpoint('up', 'https://example.com/hook', secret => 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw') AS secret;
+SELECT outbox.emit('order.created', jsonb_build_object('n', n)) IS NOT NULL AS emitted
+  FROM generate_series(1, 3) n;
+INSERT INTO outbox.attempt_log (endpoint_id, id, event_id, attempt, status)
+SELECT 1, e.id, e.event_id, 1, 200 FROM outbox.events e ORDER BY e.id LIMIT 1;
+SELECT outbox.mark_processed('billing', 'msg-1') AS marked;
+
+ALTER EXTENSION outbox UPDATE;
+SELECT extversion FROM pg_extension WHERE extname = 'outbox';
+
+-- Everything is still there, in the first slot of the rotated tables.
+SELECT count(*) AS events FROM outbox.events;
+SELECT endpoint, attempt, status, event_type FROM outbox.attempts;
+SELECT consumer, message_id, slot FROM outbox.inbox;
+SELECT outbox.endpoint_secret('up') AS secret;
+SELECT name, state, events_waiting, backlog_dropped FROM outbox.endpoint_status;
+SELECT p.system_identifier = outbox._system_identifier() AS position_here FROM outbox.positions p;
+SELECT tbl, slot, current FROM outbox.rotation ORDER BY tbl, slot;
+
+-- The inbox still recognises what was marked before the update.
+SELECT outbox.mark_processed('billing', 'msg-1') AS again, outbox.mark_processed('billing', 'msg-2') AS new;
+
+-- Grants on the views the update recreated carry over.
+SELECT has_table_privilege('outbox_upgrade_monitor', 'outbox.attempts', 'SELECT') AS attempts,
+       has_table_privilege('outbox_upgrade_monitor', 'outbox.endpoint_status', 'SELECT') AS endpoint_status;
+
+-- An updated 1.0 is a fresh install: the same objects, definitions and
+-- dumped tables.  (The grant given above is taken back first.)
+REVOKE SELECT ON outbox.attempts, outbox.endpoint_status FROM outbox_upgrade_monitor;
+REVOKE USAGE ON SCHEMA outbox FROM outbox_upgrade_monitor;
+SELECT pg_temp.outbox_fingerprint() = :'fresh' AS same_as_fresh_install;
+
+\c :regress_db
+DROP DATABASE outbox_upgrade;
+DROP ROLE outbox_upgrade_monitor;

@@ -1,0 +1,16 @@
+/*-------------------------------------------------------------------------
+ *
+ * launcher.h
+ *	  The launcher, which runs a relay in every database with outbox, and
+ *	  the hook that stops a relay before DROP DATABASE and its kin.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef OUTBOX_LAUNCHER_H
+#define OUTBOX_LAUNCHER_H
+
+extern void outbox_launcher_register(void);
+extern void outbox_launcher_hooks_init(void);
+extern PGDLLEXPORT void outbox_launcher_main(Datum arg);
+
+#endif							/* OUTBOX_LAUNCHER_H */

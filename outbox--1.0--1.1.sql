@@ -385,8 +385,14 @@ BEGIN
         nxt := (cur + 1) % 3;
         SELECT r.closed_at INTO nxt_closed FROM outbox.rotation r WHERE r.tbl = t AND r.slot = nxt;
         EXECUTE format('SELECT EXISTS (SELECT 1 FROM outbox.%I)', t || '_' || nxt) INTO has_rows;
-        -- Rows of the next slot are removed only once they are old enough.
+        -- Rows of the next slot are removed only once they are old enough,
+        -- and events only once no endpoint owes them (checked again under
+        -- the lock: replay() may have queued some meanwhile).
         CONTINUE WHEN has_rows AND nxt_closed > now() - retention;
+        IF has_rows AND t = 'events' THEN
+            PERFORM outbox._release_disabled(nxt, retention);
+            CONTINUE WHEN outbox._slot_owed(nxt);
+        END IF;
         BEGIN
             PERFORM set_config('lock_timeout', '200ms', true);
             EXECUTE format('LOCK TABLE outbox.%I IN ACCESS EXCLUSIVE MODE', t || '_' || nxt);
@@ -394,11 +400,12 @@ BEGIN
             CONTINUE;
         END;
         IF has_rows THEN
-            IF t = 'events' THEN
-                PERFORM outbox._release_disabled(nxt, retention);
-                CONTINUE WHEN outbox._slot_owed(nxt);
-            END IF;
+            CONTINUE WHEN t = 'events' AND outbox._slot_owed(nxt);
             EXECUTE format('TRUNCATE outbox.%I', t || '_' || nxt);
+            -- Dedupe keys go with the events emitted before that slot closed.
+            IF t = 'events' THEN
+                DELETE FROM outbox.dedupe d WHERE d.created_at < nxt_closed;
+            END IF;
         END IF;
         UPDATE outbox.rotation r
            SET current = (r.slot = nxt),
@@ -407,10 +414,6 @@ BEGIN
          WHERE r.tbl = t;
         IF t = 'events' THEN
             UPDATE outbox.queue SET cur_slot = nxt, rotated_at = now();
-            -- Dedupe keys go with the oldest events kept.
-            DELETE FROM outbox.dedupe d
-             WHERE d.created_at < (SELECT min(r.closed_at) FROM outbox.rotation r
-                                    WHERE r.tbl = 'events' AND NOT r.current) - retention;
         END IF;
     END LOOP;
 END

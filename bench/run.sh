@@ -311,6 +311,31 @@ table_stats()
 	sql "SELECT relname, seq_scan, n_live_tup FROM pg_stat_user_tables WHERE schemaname = 'outbox'" >"$WORK/$1.seqscans"
 }
 
+# apply_retention BYTES: set the three retention periods to 2 s, wait (at
+# most 60 s) until rotation has brought the outbox tables back within 10% of
+# BYTES, record how long that took and the tables' statistics, and restore
+# the periods.
+apply_retention()
+{
+	local limit=$(($1 * 11 / 10)) t=$SECONDS s
+
+	for s in retention attempt_retention inbox_retention; do
+		sql "ALTER SYSTEM SET outbox.$s = '2s'" >/dev/null
+	done
+	sql "SELECT pg_reload_conf()" >/dev/null
+	while [ $((SECONDS - t)) -lt 60 ] &&
+		[ "$(sql "SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c
+		          WHERE c.relnamespace = 'outbox'::regnamespace AND c.relkind = 'r'")" -gt "$limit" ]; do
+		sleep 0.5
+	done
+	result scale_retention.seconds $((SECONDS - t))
+	table_stats scale_retained
+	for s in retention attempt_retention inbox_retention; do
+		sql "ALTER SYSTEM RESET outbox.$s" >/dev/null
+	done
+	sql "SELECT pg_reload_conf()" >/dev/null
+}
+
 case_scale()
 {
 	local before after
@@ -337,6 +362,8 @@ case_scale()
 	result scale.seqscans "$(join -t '|' <(sort "$WORK/scale_emitted.seqscans") <(sort "$WORK/scale_after.seqscans") |
 		awk -F'|' '$4 > $2 && ($3 > 10000 || $5 > 10000) { printf "%s%s=%d", sep, $1, $4 - $2; sep = "," }
 		           END { if (!sep) printf "none" }')"
+	log "  retention: periods of 2 s until the tables are back to their size at the start"
+	apply_retention "$(awk '$1 == "scale_before.size_bytes" { print $2 }' "$RESULTS")"
 }
 
 case_fanout()

@@ -217,7 +217,8 @@ start_relay(DatabaseEntry *db, BackgroundWorkerHandle **handles, bool *warned)
 /*
  * Free the slots of relays that have stopped, and note why: a database
  * without outbox is not tried again until something changes; a relay that
- * failed is started again after a pause.
+ * failed is started again after a pause.  Slots left by a launcher that
+ * died are freed once no relay is attached to them.
  */
 static void
 reap(BackgroundWorkerHandle **handles, HTAB *known)
@@ -230,12 +231,22 @@ reap(BackgroundWorkerHandle **handles, HTAB *known)
 		uint64		requests_seen;
 		RelayExit	reason;
 
-		if (handles[slot] == NULL ||
-			GetBackgroundWorkerPid(handles[slot], &pid) != BGWH_STOPPED)
-			continue;
-		pfree(handles[slot]);
-		handles[slot] = NULL;
 		dboid = outbox_slot_dboid(slot);
+		if (handles[slot] != NULL)
+		{
+			if (GetBackgroundWorkerPid(handles[slot], &pid) != BGWH_STOPPED)
+				continue;
+			pfree(handles[slot]);
+			handles[slot] = NULL;
+		}
+		else if (!OidIsValid(dboid) || outbox_slot_pid(slot) != 0)
+		{
+			/*
+			 * A free slot, or one whose relay a previous launcher started
+			 * (we have no handle for it): freed once that relay has left.
+			 */
+			continue;
+		}
 		reason = outbox_slot_release(slot, &requests_seen);
 		kd = hash_search(known, &dboid, HASH_ENTER, NULL);
 		if (reason == RELAY_EXIT_ABSENT && requests_seen == outbox_launch_requests())

@@ -639,6 +639,9 @@ outbox_relay_main(Datum arg)
 	/* In the slot first, so that DROP DATABASE can stop us from now on. */
 	outbox_relay_attach(slot, dboid);
 	before_shmem_exit(relay_shmem_exit, (Datum) 0);
+	/* Started just as a database command asked for the database alone. */
+	if (outbox_held_off(dboid))
+		proc_exit(1);
 	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
 	pgstat_report_appname("outbox relay");
 	/* Losing the relay's own last commit can only repeat a delivery. */

@@ -211,6 +211,13 @@ outbox_slot_dboid(int slot)
 	return pg_atomic_read_u32(&shared->slots[slot].dboid);
 }
 
+/* The pid of the relay in a slot; 0 before it attached or after it left. */
+int
+outbox_slot_pid(int slot)
+{
+	return (int) pg_atomic_read_u32(&shared->slots[slot].pid);
+}
+
 /* Take a free slot for a database; -1 when all are taken. */
 int
 outbox_slot_claim(Oid dboid)

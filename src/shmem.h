@@ -43,6 +43,7 @@ extern uint64 outbox_launch_requests(void);
 extern void outbox_request_launch(void);
 extern int	outbox_slot_for(Oid dboid);
 extern Oid	outbox_slot_dboid(int slot);
+extern int	outbox_slot_pid(int slot);
 extern int	outbox_slot_claim(Oid dboid);
 extern RelayExit outbox_slot_release(int slot, uint64 *requests_seen);
 extern bool outbox_held_off(Oid dboid);

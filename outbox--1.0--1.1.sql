@@ -426,51 +426,70 @@ COMMENT ON FUNCTION outbox._rotate() IS 'internal: rotate events, attempt_log an
 
 -- Positions written in another cluster (read back by pg_restore, or kept
 -- through pg_upgrade) are snapshots of its transaction ids, and so are the
--- events' txids: translate both into this cluster's at once.  Every event
--- some endpoint still owes gets this transaction's id, every other one an
--- id visible to all (FrozenTransactionId); an endpoint owed something
--- starts from a snapshot in which this transaction is in progress, one
--- owed nothing from one in which it has committed.  Owed events then form
--- one batch, delivered again with their webhook-id (receivers deduplicate
--- as for any redelivery).
+-- events' txids: they mean nothing here.  Translate them while they can
+-- still be compared with each other: every event an endpoint's position has
+-- not passed becomes a retry of that endpoint, due now (due at deliver_at
+-- if later), which the relay delivers again with its webhook-id and in key
+-- order on ordered endpoints; then every event is made visible to all
+-- (FrozenTransactionId) and every position starts from this cluster's
+-- present.  An endpoint is sent again exactly what its position owed.
 CREATE FUNCTION outbox._rebase() RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 DECLARE
     here text := outbox._system_identifier();
-    owing integer[];
+    owed bigint;
 BEGIN
     PERFORM 1 FROM outbox.positions p ORDER BY p.endpoint_id FOR UPDATE;
     IF NOT EXISTS (SELECT 1 FROM outbox.positions p WHERE p.system_identifier <> here) THEN
         RETURN;
     END IF;
-    SELECT coalesce(array_agg(p.endpoint_id), '{}') INTO owing
-      FROM outbox.positions p JOIN outbox.endpoints ep ON ep.id = p.endpoint_id
+    INSERT INTO outbox.retries (endpoint_id, id, event_id, key, attempts, next_at)
+    SELECT p.endpoint_id, e.id, e.event_id, e.key, 0, greatest(now(), e.deliver_at)
+      FROM outbox.positions p
+      JOIN outbox.endpoints ep ON ep.id = p.endpoint_id
+      JOIN outbox.events e
+        ON e.txid >= pg_snapshot_xmin(p.snap)
+       AND NOT pg_visible_in_snapshot(e.txid, p.snap)
+       AND (p.next_snap IS NULL OR e.id > p.after_id
+            OR NOT pg_visible_in_snapshot(e.txid, p.next_snap))
+       AND e.event_type LIKE ANY (outbox._like_patterns(ep.event_types))
      WHERE p.system_identifier <> here
-       AND EXISTS (SELECT 1 FROM outbox.events e
-                    WHERE NOT pg_visible_in_snapshot(e.txid, p.snap)
-                      AND (p.next_snap IS NULL OR e.id > p.after_id
-                           OR NOT pg_visible_in_snapshot(e.txid, p.next_snap))
-                      AND e.event_type LIKE ANY (outbox._like_patterns(ep.event_types)));
-    UPDATE outbox.events e
-       SET txid = CASE WHEN EXISTS (
-                         SELECT 1 FROM outbox.positions p JOIN outbox.endpoints ep ON ep.id = p.endpoint_id
-                          WHERE p.endpoint_id = ANY (owing)
-                            AND NOT pg_visible_in_snapshot(e.txid, p.snap)
-                            AND (p.next_snap IS NULL OR e.id > p.after_id
-                                 OR NOT pg_visible_in_snapshot(e.txid, p.next_snap))
-                            AND e.event_type LIKE ANY (outbox._like_patterns(ep.event_types)))
-                       THEN pg_current_xact_id() ELSE '3'::xid8 END;
+    ON CONFLICT (endpoint_id, id) DO NOTHING;
+    GET DIAGNOSTICS owed = ROW_COUNT;
+    UPDATE outbox.events e SET txid = '3' WHERE e.txid <> '3';
     UPDATE outbox.positions p
-       SET snap = CASE WHEN p.endpoint_id = ANY (owing) THEN outbox._start_snapshot()
-                       ELSE pg_current_snapshot() END,
-           next_snap = NULL, after_id = 0, updated_at = now(), system_identifier = here;
-    RAISE LOG 'outbox: positions were written by another cluster (restore or upgrade); % endpoints are owed events, delivered again from now',
-        cardinality(owing);
+       SET snap = pg_current_snapshot(), next_snap = NULL, after_id = 0, updated_at = now(),
+           system_identifier = here
+     WHERE p.system_identifier <> here;
+    PERFORM outbox._wake_at_commit();
+    RAISE LOG 'outbox: positions were written by another cluster (a restore or an upgrade): % events still owed are queued to be delivered again',
+        owed;
 END
 $$;
 COMMENT ON FUNCTION outbox._rebase() IS 'internal: translate positions and events restored from another cluster into this one''s transaction ids';
+
+-- A restore loads positions in the same transaction as everything else
+-- (pg_restore --single-transaction): translate them when it commits, before
+-- any application emits into the restored database.  (The relay also does
+-- it when it reads a foreign position, for pg_upgrade.)
+CREATE FUNCTION outbox._rebase_restored() RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM outbox._rebase();
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION outbox._rebase_restored() IS 'internal: trigger rebasing positions restored from another cluster';
+
+CREATE CONSTRAINT TRIGGER positions_restored AFTER INSERT ON outbox.positions
+    DEFERRABLE INITIALLY DEFERRED
+    FOR EACH ROW WHEN (NEW.system_identifier <> outbox._system_identifier())
+    EXECUTE FUNCTION outbox._rebase_restored();
 
 ----------------------------------------------------------------------------
 -- Relay internals that change: the page read rebases first, the record
@@ -606,6 +625,9 @@ BEGIN
                 AS o(id, event_id, attempt, outcome, next_at, status, error, duration_ms, response)
      WHERE o.outcome NOT IN ('deferred', 'already');
 
+    -- Only failures and deferrals get rows: most batches have none, and
+    -- the statements below are skipped for them.
+    IF 'retry' = ANY (outcomes) OR 'deferred' = ANY (outcomes) THEN
     INSERT INTO outbox.retries AS r (endpoint_id, id, event_id, key, attempts, next_at, last_status, last_error)
     SELECT eid, o.id, o.event_id, e.key, o.attempt, o.next_at, o.status, o.error
       FROM unnest(ids, event_ids, attempts, outcomes, next_ats, statuses, errors, durations, responses)
@@ -615,6 +637,9 @@ BEGIN
     ON CONFLICT (endpoint_id, id) DO UPDATE
        SET attempts = EXCLUDED.attempts, next_at = EXCLUDED.next_at,
            last_status = EXCLUDED.last_status, last_error = EXCLUDED.last_error;
+    END IF;
+
+    IF 'dead' = ANY (outcomes) THEN
 
     INSERT INTO outbox.dead_letter_log AS d (endpoint_id, id, event_id, event_type, payload, key, headers,
                                              created_at, attempts, last_status, last_error)
@@ -627,6 +652,7 @@ BEGIN
     ON CONFLICT (endpoint_id, id) DO UPDATE
        SET attempts = EXCLUDED.attempts, last_status = EXCLUDED.last_status,
            last_error = EXCLUDED.last_error, dead_at = now();
+    END IF;
 
     -- By primary key, one probe per event: a join could scan all of the
     -- endpoint's retries for every batch.
@@ -719,7 +745,7 @@ REVOKE ALL ON outbox.attempt_log_0, outbox.attempt_log_1, outbox.attempt_log_2 F
 REVOKE ALL ON outbox.inbox_0, outbox.inbox_1, outbox.inbox_2 FROM PUBLIC;
 REVOKE ALL ON FUNCTION outbox._launch(), outbox._system_identifier(), outbox._inbox_seen(text, text),
     outbox._relay_stats(), outbox._slot_owed(smallint), outbox._release_disabled(smallint, interval),
-    outbox._rotate(), outbox._rebase() FROM PUBLIC;
+    outbox._rotate(), outbox._rebase(), outbox._rebase_restored() FROM PUBLIC;
 
 -- Start delivery in this database once this transaction commits.
 SELECT outbox._launch();

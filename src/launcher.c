@@ -296,6 +296,7 @@ outbox_launcher_main(Datum arg)
 		HASH_SEQ_STATUS seq;
 		KnownDatabase *kd;
 		TimestampTz now;
+		TimestampTz retry_at;
 		long		sleep_ms = SCAN_INTERVAL_MS;
 		uint64		requests;
 
@@ -345,11 +346,13 @@ outbox_launcher_main(Datum arg)
 					TerminateBackgroundWorker(handles[slot]);
 				continue;
 			}
-			if (slot >= 0 || kd->absent || outbox_held_off(db->dboid))
+			if (slot >= 0 || kd->absent)
 				continue;
-			if (kd->retry_at > now)
+			/* Held off by a database command, or waiting to restart. */
+			retry_at = Max(kd->retry_at, outbox_held_until(db->dboid));
+			if (retry_at > now)
 			{
-				sleep_ms = Min(sleep_ms, TimestampDifferenceMilliseconds(now, kd->retry_at) + 1);
+				sleep_ms = Min(sleep_ms, TimestampDifferenceMilliseconds(now, retry_at) + 1);
 				continue;
 			}
 			(void) start_relay(db, handles, &warned);

@@ -99,15 +99,24 @@ free_batch(Batch *b)
 	MemoryContextDelete(b->cxt);
 }
 
-static void
+/*
+ * Start a step's transaction.  False when outbox is no longer installed
+ * (DROP EXTENSION committed): the step does nothing, the transaction is
+ * still to be ended, and the main loop leaves.
+ */
+static bool
 begin_tx(const char *activity)
 {
+	requests_before_check = outbox_launch_requests();
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	PushActiveSnapshot(GetTransactionSnapshot());
 	pgstat_report_activity(STATE_RUNNING, activity);
+	if (!store_extension_present())
+		extension_absent = true;
+	return !extension_absent;
 }
 
 static void
@@ -158,11 +167,9 @@ read_round(bool full)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 
-	requests_before_check = outbox_launch_requests();
 	PG_TRY();
 	{
-		begin_tx("outbox: reading events");
-		if ((full || extension_absent) && !store_extension_ready())
+		if (!begin_tx("outbox: reading events") || (full && !store_extension_ready()))
 			extension_absent = true;
 		else
 		{
@@ -482,8 +489,8 @@ record_round(void)
 
 		PG_TRY();
 		{
-			begin_tx("outbox: recording outcomes");
-			recorded = store_record(b, complete);
+			if (begin_tx("outbox: recording outcomes"))
+				recorded = store_record(b, complete);
 			end_tx();
 		}
 		PG_CATCH();
@@ -604,8 +611,8 @@ rotate_round(void)
 
 	PG_TRY();
 	{
-		begin_tx("outbox: rotating");
-		store_rotate();
+		if (begin_tx("outbox: rotating"))
+			store_rotate();
 		end_tx();
 	}
 	PG_CATCH();
@@ -640,7 +647,7 @@ outbox_relay_main(Datum arg)
 	outbox_relay_attach(slot, dboid);
 	before_shmem_exit(relay_shmem_exit, (Datum) 0);
 	/* Started just as a database command asked for the database alone. */
-	if (outbox_held_off(dboid))
+	if (outbox_held_until(dboid) != 0)
 		proc_exit(1);
 	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
 	pgstat_report_appname("outbox relay");
@@ -685,6 +692,12 @@ outbox_relay_main(Datum arg)
 		MemoryContextReset(loop_cxt);
 		MemoryContextSwitchTo(loop_cxt);
 		CHECK_FOR_INTERRUPTS();
+		if (extension_absent)
+		{
+			ereport(LOG, (errmsg("outbox relay leaves database \"%s\": outbox is not installed there",
+								 dbname)));
+			proc_exit(0);
+		}
 		if (ConfigReloadPending)
 		{
 			ConfigReloadPending = false;
@@ -705,12 +718,6 @@ outbox_relay_main(Datum arg)
 			last_read = now;
 			read_round(true);
 			count_since(RELAY_SQL_US, now);
-			if (extension_absent)
-			{
-				ereport(LOG, (errmsg("outbox relay leaves database \"%s\": outbox is not installed there",
-									 dbname)));
-				proc_exit(0);
-			}
 		}
 		else if (read_now)
 		{

@@ -261,19 +261,22 @@ outbox_slot_release(int slot, uint64 *requests_seen)
 	return reason;
 }
 
-/* Is the relay of this database held off by a database command? */
-bool
-outbox_held_off(Oid dboid)
+/*
+ * Until when a database command holds off the relay of this database; 0
+ * when it does not.
+ */
+TimestampTz
+outbox_held_until(Oid dboid)
 {
-	bool		held = false;
+	TimestampTz until = 0;
 	TimestampTz now = GetCurrentTimestamp();
 
 	LWLockAcquire(shared->lock, LW_SHARED);
 	for (int i = 0; i < MAX_HOLDS; i++)
 		if (shared->holds[i].dboid == dboid && shared->holds[i].until > now)
-			held = true;
+			until = Max(until, shared->holds[i].until);
 	LWLockRelease(shared->lock);
-	return held;
+	return until;
 }
 
 /*

@@ -46,7 +46,7 @@ extern Oid	outbox_slot_dboid(int slot);
 extern int	outbox_slot_pid(int slot);
 extern int	outbox_slot_claim(Oid dboid);
 extern RelayExit outbox_slot_release(int slot, uint64 *requests_seen);
-extern bool outbox_held_off(Oid dboid);
+extern TimestampTz outbox_held_until(Oid dboid);
 extern void outbox_hold_off(Oid dboid, int seconds);
 
 /* Relay side */

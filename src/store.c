@@ -39,6 +39,13 @@ static SPIPlanPtr rotate_plan = NULL;
 /* Until the first load of endpoints since this relay started. */
 static bool first_load = true;
 
+/* Is outbox installed in this database (a catalog cache lookup)? */
+bool
+store_extension_present(void)
+{
+	return OidIsValid(get_extension_oid("outbox", true));
+}
+
 /*
  * Is the version of outbox this library serves installed in this database
  * (as our snapshot sees it)?  The relay serves no other: the SQL of an
@@ -51,7 +58,7 @@ store_extension_ready(void)
 	Datum		version;
 	int			rc;
 
-	if (!OidIsValid(get_extension_oid("outbox", true)))
+	if (!store_extension_present())
 		return false;
 	rc = SPI_execute("SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'outbox'",
 					 true, 1);

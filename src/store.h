@@ -13,6 +13,7 @@
 /* The version of the extension's SQL this library works with. */
 #define OUTBOX_VERSION "1.1"
 
+extern bool store_extension_present(void);
 extern bool store_extension_ready(void);
 extern void store_rotate(void);
 extern void store_load_endpoints(HTAB *endpoints, MemoryContext cxt);

@@ -300,17 +300,19 @@ COMMENT ON FUNCTION outbox.health() IS
 -- Rotation
 ----------------------------------------------------------------------------
 
--- Does any endpoint still owe an event of this events slot: one its
--- position has not passed, or one waiting in retries?
+-- Does any endpoint still owe an event of this events slot: one of the
+-- types it subscribes to that its position has not passed, or one waiting
+-- in retries?
 CREATE FUNCTION outbox._slot_owed(s smallint) RETURNS boolean
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off
 AS $$
-    SELECT EXISTS (SELECT 1 FROM outbox.positions p
+    SELECT EXISTS (SELECT 1 FROM outbox.positions p JOIN outbox.endpoints ep ON ep.id = p.endpoint_id
                     WHERE EXISTS (SELECT 1 FROM outbox.events e
                                    WHERE e.slot = s AND e.txid >= pg_snapshot_xmin(p.snap)
-                                     AND NOT pg_visible_in_snapshot(e.txid, p.snap)))
+                                     AND NOT pg_visible_in_snapshot(e.txid, p.snap)
+                                     AND e.event_type LIKE ANY (outbox._like_patterns(ep.event_types))))
         OR EXISTS (SELECT 1 FROM outbox.retries r JOIN outbox.events e ON e.id = r.id
                     WHERE e.slot = s)
 $$;
@@ -329,12 +331,13 @@ DECLARE
     n bigint;
 BEGIN
     FOR ep IN
-        SELECT e.id, e.name, e.disabled_at FROM outbox.endpoints e
+        SELECT e.id, e.name, e.disabled_at, e.event_types FROM outbox.endpoints e
           JOIN outbox.positions p ON p.endpoint_id = e.id
          WHERE e.disabled_at < now() - retention
            AND (EXISTS (SELECT 1 FROM outbox.events ev
                          WHERE ev.slot = s AND ev.txid >= pg_snapshot_xmin(p.snap)
-                           AND NOT pg_visible_in_snapshot(ev.txid, p.snap))
+                           AND NOT pg_visible_in_snapshot(ev.txid, p.snap)
+                           AND ev.event_type LIKE ANY (outbox._like_patterns(e.event_types)))
                 OR EXISTS (SELECT 1 FROM outbox.retries r JOIN outbox.events ev ON ev.id = r.id
                             WHERE r.endpoint_id = e.id AND ev.slot = s))
            FOR UPDATE OF p SKIP LOCKED
@@ -345,11 +348,13 @@ BEGIN
         UPDATE outbox.positions p
            SET snap = pg_current_snapshot(), next_snap = NULL, after_id = 0, updated_at = now()
          WHERE p.endpoint_id = ep.id;
-        UPDATE outbox.endpoint_health h
-           SET backlog_dropped = h.backlog_dropped + n, backlog_dropped_at = now()
-         WHERE h.endpoint_id = ep.id;
-        RAISE LOG 'outbox: endpoint "%", disabled since %, gave up % waiting events to rotation',
-            ep.name, ep.disabled_at, n;
+        IF n > 0 THEN
+            UPDATE outbox.endpoint_health h
+               SET backlog_dropped = h.backlog_dropped + n, backlog_dropped_at = now()
+             WHERE h.endpoint_id = ep.id;
+            RAISE LOG 'outbox: endpoint "%", disabled since %, gave up % waiting events to rotation',
+                ep.name, ep.disabled_at, n;
+        END IF;
     END LOOP;
 END
 $$;

@@ -495,6 +495,8 @@ CREATE CONSTRAINT TRIGGER positions_restored AFTER INSERT ON outbox.positions
     DEFERRABLE INITIALLY DEFERRED
     FOR EACH ROW WHEN (NEW.system_identifier <> outbox._system_identifier())
     EXECUTE FUNCTION outbox._rebase_restored();
+COMMENT ON TRIGGER positions_restored ON outbox.positions IS
+    'at commit, rebase positions that a restore brought from another cluster';
 
 ----------------------------------------------------------------------------
 -- Relay internals that change: the page read rebases first, the record

@@ -363,7 +363,8 @@ COMMENT ON FUNCTION outbox._release_disabled(smallint, interval) IS
 
 -- Move each rotated table on to its next slot once the current one has
 -- taken rows for half its retention period, emptying the next slot first.
--- Run by the relay about once a second; cheap when there is nothing to do.
+-- Run by the relay as it starts and about once a second; cheap when there
+-- is nothing to do.
 -- The partition to empty is locked with a short timeout, so that a stream
 -- of short transactions reading it cannot hold rotation off for ever.
 CREATE FUNCTION outbox._rotate() RETURNS void
@@ -379,6 +380,8 @@ DECLARE
     nxt_closed timestamptz;
     has_rows boolean;
 BEGIN
+    -- Positions from another cluster (pg_upgrade) are translated first.
+    PERFORM outbox._rebase();
     FOREACH t IN ARRAY ARRAY['events', 'attempt_log', 'inbox'] LOOP
         retention := outbox._setting_interval(
             CASE t WHEN 'events' THEN 'outbox.retention'
@@ -423,7 +426,7 @@ BEGIN
     END LOOP;
 END
 $$;
-COMMENT ON FUNCTION outbox._rotate() IS 'internal: rotate events, attempt_log and inbox past their retention (run by the relay)';
+COMMENT ON FUNCTION outbox._rotate() IS 'internal: rebase positions from another cluster, then rotate events, attempt_log and inbox past their retention (run by the relay)';
 
 ----------------------------------------------------------------------------
 -- Restore into another cluster
@@ -447,6 +450,10 @@ DECLARE
     here text := outbox._system_identifier();
     owed bigint;
 BEGIN
+    -- Cheap when there is nothing to do (the relay asks once a second).
+    IF NOT EXISTS (SELECT 1 FROM outbox.positions p WHERE p.system_identifier <> here) THEN
+        RETURN;
+    END IF;
     PERFORM 1 FROM outbox.positions p ORDER BY p.endpoint_id FOR UPDATE;
     IF NOT EXISTS (SELECT 1 FROM outbox.positions p WHERE p.system_identifier <> here) THEN
         RETURN;
@@ -479,7 +486,7 @@ COMMENT ON FUNCTION outbox._rebase() IS 'internal: translate positions and event
 -- A restore loads positions in the same transaction as everything else
 -- (pg_restore --single-transaction): translate them when it commits, before
 -- any application emits into the restored database.  (The relay also does
--- it when it reads a foreign position, for pg_upgrade.)
+-- it as it starts and once a second, for pg_upgrade: outbox._rotate().)
 CREATE FUNCTION outbox._rebase_restored() RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -499,103 +506,9 @@ COMMENT ON TRIGGER positions_restored ON outbox.positions IS
     'at commit, rebase positions that a restore brought from another cluster';
 
 ----------------------------------------------------------------------------
--- Relay internals that change: the page read rebases first, the record
--- appends to the attempt log's current slot.
+-- Relay internals that change: the record appends to the attempt log's
+-- current slot.
 ----------------------------------------------------------------------------
-
-CREATE OR REPLACE FUNCTION outbox._read_page(eid integer, lim integer, verify boolean)
-RETURNS TABLE (id bigint, event_id uuid, deliver_at timestamptz, key text,
-               body text, header_lines text[], batch text, blocked boolean,
-               delivered boolean)
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
--- The relay's statements must use the indexes whatever the statistics say:
--- a backlog builds up faster than autoanalyze sees it, and a scan of the
--- whole events table per page (or per event) would stall delivery.
-SET enable_seqscan = off
-SET enable_bitmapscan = off
-AS $$
-DECLARE
-    pos  outbox.positions;
-    nxt  pg_snapshot;
-    lo   bigint;
-    pats text[];
-    match_all boolean;
-    is_ordered boolean;
-BEGIN
-    SELECT outbox._like_patterns(ep.event_types), '*' = ANY (ep.event_types), ep.ordered
-      INTO pats, match_all, is_ordered
-      FROM outbox.endpoints ep WHERE ep.id = eid;
-    -- At most twice: an open batch found empty is closed, then a new one
-    -- is opened from the current snapshot.
-    FOR attempt IN 1..2 LOOP
-        -- A position locked by a concurrent drop_endpoint() is left alone.
-        SELECT * INTO pos FROM outbox.positions p WHERE p.endpoint_id = eid
-           FOR UPDATE SKIP LOCKED;
-        IF NOT FOUND THEN
-            RETURN;
-        END IF;
-        -- Restored from another cluster: translate first, read next time.
-        IF pos.system_identifier <> outbox._system_identifier() THEN
-            PERFORM outbox._rebase();
-            RETURN;
-        END IF;
-        IF pos.next_snap IS NULL THEN
-            nxt := pg_current_snapshot();
-            IF nxt::text = pos.snap::text THEN
-                RETURN;
-            END IF;
-            -- The batch's first id, through the txid index: ids are drawn
-            -- before commit, so a batch can begin below ids already read.
-            -- (OFFSET 0 keeps min() from walking the id index instead.)
-            SELECT min(b.id) INTO lo
-              FROM (SELECT e.id, e.txid FROM outbox.events e
-                     WHERE e.txid >= pg_snapshot_xmin(pos.snap) AND e.txid < pg_snapshot_xmax(nxt)
-                    OFFSET 0) b
-             WHERE pg_visible_in_snapshot(b.txid, nxt) AND NOT pg_visible_in_snapshot(b.txid, pos.snap);
-            -- No event since the position: leave it, so an idle relay
-            -- writes nothing (the next batch simply spans more snapshots).
-            IF lo IS NULL THEN
-                RETURN;
-            END IF;
-            UPDATE outbox.positions p SET next_snap = nxt, after_id = lo - 1, updated_at = now()
-             WHERE p.endpoint_id = eid
-            RETURNING * INTO pos;
-        END IF;
-
-        RETURN QUERY
-            SELECT e.id, e.event_id, e.deliver_at, e.key,
-                   outbox._body(e.event_type, e.created_at, e.payload),
-                   CASE WHEN e.headers IS NULL THEN '{}' ELSE outbox._header_lines(e.headers) END,
-                   pos.next_snap::text,
-                   -- On an ordered endpoint an event waits behind any
-                   -- earlier event of its key that is still owed.
-                   is_ordered AND e.key IS NOT NULL
-                       AND EXISTS (SELECT 1 FROM outbox.retries r
-                                    WHERE r.endpoint_id = eid AND r.key = e.key),
-                   -- After a restart, the page that was in flight may hold
-                   -- events already answered with a 2xx: not sent again.
-                   verify AND outbox._delivered(eid, e.event_id, '-infinity')
-              FROM outbox.events e
-             -- Walk the id index from after_id and stop after lim rows: no
-             -- txid range here, which would tempt the planner into reading
-             -- the whole rest of the batch (DESIGN: paging a batch).
-             WHERE e.id > pos.after_id
-               AND pg_visible_in_snapshot(e.txid, pos.next_snap)
-               AND NOT pg_visible_in_snapshot(e.txid, pos.snap)
-               AND (match_all OR e.event_type LIKE ANY (pats))
-             ORDER BY e.id
-             LIMIT lim;
-        IF FOUND THEN
-            RETURN;
-        END IF;
-        -- Nothing left of the batch: the position moves past it.
-        UPDATE outbox.positions p
-           SET snap = p.next_snap, next_snap = NULL, after_id = 0, updated_at = now()
-         WHERE p.endpoint_id = eid;
-    END LOOP;
-END
-$$;
 
 -- Record the outcomes of one page (or one set of due retries) of an
 -- endpoint in one statement: the attempt log, retries, dead letters, and

@@ -601,17 +601,22 @@ want_more(void)
 }
 
 /*
- * Rotate what has outlived its retention, in a transaction of its own; a
- * failure (a lock not granted at once, say) waits for the next time.
+ * Translate positions from another cluster and rotate what has outlived its
+ * retention (outbox._rotate()), in a transaction of its own; a failure (a
+ * lock not granted at once, say) waits for the next time.  The first round,
+ * as the relay starts, also checks the installed version, and runs before
+ * anything is read.
  */
 static void
-rotate_round(void)
+rotate_round(bool starting)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 
 	PG_TRY();
 	{
-		if (begin_tx("outbox: rotating"))
+		if (!begin_tx("outbox: rotating") || (starting && !store_extension_ready()))
+			extension_absent = true;
+		else
 			store_rotate();
 		end_tx();
 	}
@@ -675,7 +680,10 @@ outbox_relay_main(Datum arg)
 	CommitTransactionCommand();
 
 	http_start(outbox_max_concurrency);
-	read_round(true);
+	rotate_round(true);
+	last_rotate = GetCurrentTimestamp();
+	if (!extension_absent)
+		read_round(true);
 	if (extension_absent)
 		proc_exit(0);
 	last_read = GetCurrentTimestamp();
@@ -734,7 +742,7 @@ outbox_relay_main(Datum arg)
 		if (TimestampDifferenceExceeds(last_rotate, now, ROTATE_INTERVAL_MS))
 		{
 			last_rotate = now;
-			rotate_round();
+			rotate_round(false);
 			count_since(RELAY_SQL_US, now);
 		}
 

@@ -658,6 +658,13 @@ outbox_relay_main(Datum arg)
 	pgstat_report_appname("outbox relay");
 	/* Losing the relay's own last commit can only repeat a delivery. */
 	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
+	/*
+	 * No JIT: the relay's statements are short, and enable_seqscan = off
+	 * (set on its functions) lifts plan costs past jit_above_cost, so each
+	 * once-a-second rotation check was compiled anew, about 30 ms of LLVM
+	 * every time (bench case 3's p99).
+	 */
+	SetConfigOption("jit", "off", PGC_SUSET, PGC_S_OVERRIDE);
 	/* A lock held by another transaction fails a step, never stalls all. */
 	SetConfigOption("lock_timeout", "1s", PGC_SUSET, PGC_S_OVERRIDE);
 	/*

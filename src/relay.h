@@ -37,6 +37,8 @@ typedef struct RelayEndpoint
 	struct Batch *due;			/* due retries in flight, or NULL */
 	bool		more_page;		/* the last page was full: read again at once */
 	bool		more_due;		/* due retries were recorded: read again */
+	bool		woken_busy;		/* woken while its page was in flight: read
+								 * again once that page is recorded */
 	bool		verify_page;	/* skip events already answered with a 2xx: */
 	bool		verify_due;		/* set at start and after a failed record */
 	int			consecutive_failures;	/* since the last 2xx, in this relay */

@@ -7,6 +7,7 @@ use lib $FindBin::Bin;
 use OutboxTest;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Time::HiRes qw(usleep);
 
 my $node = outbox_node('delivery', conf => "outbox.poll_interval = '1h'\n");
 my ($url, $log, $receiver) = start_receiver();
@@ -61,6 +62,16 @@ is($node->safe_psql('postgres', q{
 	       AND s.retries = 0 AND s.batches >= 1 AND s.bytes_sent > 3 * 60 AND s.sql_seconds > 0
 	  FROM outbox.relay_stats s, pg_stat_activity a WHERE a.backend_type = 'outbox relay'}),
 	't', 'relay_stats counts deliveries, batches and bytes of the running relay');
+
+# An event committed while the endpoint's page is in flight is read once
+# that page is recorded, not at the next commit or poll (an hour here).
+$node->safe_psql('postgres',
+	"SELECT outbox.create_endpoint('slow', '$url/slow?delay=0.5', '{slow.*}')");
+$node->safe_psql('postgres', q{SELECT outbox.emit('slow.first', '{}')});
+usleep(200_000);			# the first is in flight: the receiver waits 0.5 s
+$node->safe_psql('postgres', q{SELECT outbox.emit('slow.second', '{}')});
+ok(wait_received($log, sub { grep({ $_->{body} =~ /slow\.second/ } @_) >= 1 }),
+	'an event committed while a page was in flight arrived without another commit');
 
 $node->stop;
 $receiver->kill_kill;

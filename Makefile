@@ -17,7 +17,8 @@ OBJS = \
 	src/launcher.o \
 	src/inbox.o \
 	src/origin.o \
-	src/relay.o
+	src/relay.o \
+	src/sender.o
 
 DATA = $(wildcard outbox--*.sql)
 

@@ -6,7 +6,7 @@
  *
  * Parameters read by the launcher and the relays are PGC_SIGHUP: they
  * reread them on reload.  outbox.max_relays is PGC_POSTMASTER: it sizes
- * shared memory.
+ * shared memory; so is outbox.senders, which is read as a relay starts.
  *
  *-------------------------------------------------------------------------
  */
@@ -23,6 +23,7 @@
 int			outbox_max_payload_size = 1024 * 1024;
 char	   *outbox_database = NULL;
 int			outbox_max_relays = 8;
+int			outbox_senders = 0;
 /* Read in SQL (current_setting) by the rotation: no C reader. */
 static int	outbox_retention = 7 * 86400;
 static int	outbox_attempt_retention = 7 * 86400;
@@ -113,6 +114,14 @@ outbox_guc_init(void)
 							"Each relay, and the launcher, is a background worker counted in max_worker_processes.",
 							&outbox_max_relays,
 							8, 1, 1024,
+							PGC_POSTMASTER, 0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("outbox.senders",
+							"Sender processes each relay sends HTTP requests through, besides itself.",
+							"Each is a background worker counted in max_worker_processes; 0: the relay sends everything itself.",
+							&outbox_senders,
+							0, 0, 16,
 							PGC_POSTMASTER, 0,
 							NULL, NULL, NULL);
 

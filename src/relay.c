@@ -18,7 +18,8 @@
  * transactions set our latch (emit.c); outbox.poll_interval covers retries,
  * deliver_at and prepared transactions.  The loop sleeps in one wait on the
  * latch and on the sockets libcurl watches (http_wait), so a commit wakes it
- * even while requests are in flight.
+ * even while requests are in flight.  With outbox.senders, some requests
+ * are sent by sender processes (sender.c); their results set the latch.
  *
  *-------------------------------------------------------------------------
  */
@@ -46,6 +47,7 @@
 #include "utils/timestamp.h"
 
 #include "guc.h"
+#include "sender.h"
 #include "shmem.h"
 #include "store.h"
 #include "relay.h"
@@ -318,7 +320,8 @@ submit(Delivery *d)
 	d->req.headers = h;
 	d->req.timeout_ms = ep->timeout_ms;
 	d->req.owner = d;
-	http_submit(&d->req);
+	if (!senders_submit(&d->req, in_flight))
+		http_submit(&d->req);
 	ep->in_flight++;
 	in_flight++;
 }
@@ -406,13 +409,13 @@ warn_failure(RelayEndpoint *ep, HttpRequest *req)
 	ep->failures_unreported = 0;
 }
 
-/* Turn finished requests into outcomes. */
+/* Turn finished requests, the relay's own and its senders', into outcomes. */
 static void
 collect(void)
 {
 	HttpRequest *req;
 
-	while ((req = http_next_done()) != NULL)
+	while ((req = http_next_done()) != NULL || (req = senders_next_done()) != NULL)
 	{
 		Delivery   *d = (Delivery *) req->owner;
 		Batch	   *b = d->batch;
@@ -710,6 +713,8 @@ outbox_relay_main(Datum arg)
 
 	http_start(outbox_max_concurrency);
 	rotate_round(true);
+	if (!extension_absent)
+		senders_start(dbname);
 	last_rotate = GetCurrentTimestamp();
 	if (!extension_absent)
 		read_round(true);

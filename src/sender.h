@@ -1,0 +1,22 @@
+/*-------------------------------------------------------------------------
+ *
+ * sender.h
+ *	  Sender processes: a relay's HTTP requests spread over more than one
+ *	  core (outbox.senders).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef OUTBOX_SENDER_H
+#define OUTBOX_SENDER_H
+
+#include "http.h"
+
+/* The relay's side. */
+extern void senders_start(const char *dbname);
+extern bool senders_submit(HttpRequest *req, int local_in_flight);
+extern HttpRequest *senders_next_done(void);
+
+/* The sender process. */
+extern PGDLLEXPORT void outbox_sender_main(Datum arg);
+
+#endif							/* OUTBOX_SENDER_H */

@@ -144,6 +144,13 @@ static WaitEventSet *wait_set = NULL;
 
 static int	curl_epfd = -1;
 
+/*
+ * A socket libcurl starts watching has no pointer assigned (socketp) yet:
+ * it is added, and marked, so that later changes are one MOD each rather
+ * than a MOD that fails first (a system call per request saved).
+ */
+static int	watched_mark;
+
 static int
 socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp, void *socketp)
 {
@@ -158,10 +165,14 @@ socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp, void *socketp)
 	memset(&ev, 0, sizeof(ev));
 	ev.events = ((what & CURL_POLL_IN) ? EPOLLIN : 0) | ((what & CURL_POLL_OUT) ? EPOLLOUT : 0);
 	ev.data.fd = fd;
-	if (epoll_ctl(curl_epfd, EPOLL_CTL_MOD, fd, &ev) == 0)
+	if (socketp != NULL && epoll_ctl(curl_epfd, EPOLL_CTL_MOD, fd, &ev) == 0)
 		return 0;
-	if (errno == ENOENT && epoll_ctl(curl_epfd, EPOLL_CTL_ADD, fd, &ev) == 0)
+	if (epoll_ctl(curl_epfd, EPOLL_CTL_ADD, fd, &ev) == 0 ||
+		(errno == EEXIST && epoll_ctl(curl_epfd, EPOLL_CTL_MOD, fd, &ev) == 0))
+	{
+		curl_multi_assign(multi, fd, &watched_mark);
 		return 0;
+	}
 	return -1;					/* libcurl fails the transfer */
 }
 

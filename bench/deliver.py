@@ -11,8 +11,9 @@ for has passed the last emitting transaction, printing progress as it goes.
 Times are the server's: from the commit that resumed the endpoints to the
 recording of the last page (positions.updated_at).  While it waits it
 samples the relay's memory (VmHWM, reset first through clear_refs, and the
-largest RssAnon seen) and its CPU time.  Appends "label.key value" lines to
-FILE.  Connection settings come from the PG* environment variables.
+largest RssAnon seen), and the CPU time of the relay and of its senders.
+Appends "label.key value" lines to FILE.  Connection settings come from the
+PG* environment variables.
 """
 import argparse
 import os
@@ -29,6 +30,11 @@ def relay_pid(cur):
     cur.execute("SELECT pid FROM pg_stat_activity WHERE backend_type = 'outbox relay'")
     row = cur.fetchone()
     return row[0] if row else None
+
+
+def sender_pids(cur):
+    cur.execute("SELECT pid FROM pg_stat_activity WHERE backend_type = 'outbox sender'")
+    return [row[0] for row in cur.fetchall()]
 
 
 def proc_status(pid):
@@ -81,6 +87,8 @@ def main():
         f.write("5")            # restart VmHWM from the current RSS
     peak_anon = 0
     cpu0 = cpu_seconds(pid)
+    senders = sender_pids(cur)
+    senders_cpu0 = sum(cpu_seconds(p) for p in senders)
     busy0, all0 = machine_busy()
 
     conn.autocommit = False
@@ -128,6 +136,7 @@ def main():
 
     status = proc_status(pid)
     cpu = cpu_seconds(pid) - cpu0
+    senders_cpu = sum(cpu_seconds(p) for p in senders) - senders_cpu0
     busy1, all1 = machine_busy()
     if timed_out:
         cur.execute("SELECT clock_timestamp()")
@@ -135,12 +144,14 @@ def main():
     seconds = (last_update - started).total_seconds()
     rate = delivered / seconds if seconds > 0 else 0.0
     print(f"  {args.label}: {delivered:,} deliveries in {seconds:.2f} s = {rate:,.0f}/s"
-          f"{' (TIMED OUT)' if timed_out else ''}; relay CPU {cpu / seconds:.0%} of a core, "
+          f"{' (TIMED OUT)' if timed_out else ''}; relay CPU {cpu / seconds:.0%} of a core"
+          f"{f', its {len(senders)} senders {senders_cpu / seconds:.0%}' if senders else ''}, "
           f"VmHWM {status['VmHWM'] / 1024:.0f} MB, RssAnon peak {peak_anon / 1024:.0f} MB", flush=True)
     with open(args.results, "a") as f:
         for key, value in (("deliveries", delivered), ("seconds", f"{seconds:.3f}"),
                            ("rate", f"{rate:.1f}"), ("timed_out", int(timed_out)),
                            ("relay_cpu", f"{cpu / seconds:.3f}"),
+                           ("senders_cpu", f"{senders_cpu / seconds:.3f}"),
                            ("machine_busy", f"{(busy1 - busy0) / max(1, all1 - all0):.3f}"),
                            ("vmhwm_kb", status["VmHWM"]), ("rssanon_peak_kb", peak_anon)):
             f.write(f"{args.label}.{key} {value}\n")

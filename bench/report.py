@@ -86,8 +86,14 @@ def build_rows(r):
     # 2. Relay throughput
     thr, wrk = num(r, "throughput.rate"), num(r, "wrk.rate")
     row(f"2 relay throughput, {int(num(r, 'throughput.deliveries')):,} events, 1 endpoint",
-        f"{fmt(thr)}/s (relay CPU {num(r, 'throughput.relay_cpu'):.0%})",
+        f"{fmt(thr)}/s (relay CPU {num(r, 'throughput.relay_cpu'):.0%}, "
+        f"senders {num(r, 'throughput.senders_cpu'):.0%})",
         f"wrk {fmt(wrk)}/s", fmt(ratio(thr, wrk)), "≥ 0.30", ratio(thr, wrk) >= 0.30)
+    alone = num(r, "alone.rate")
+    if alone == alone:
+        row("2 relay throughput, the relay sending alone (outbox.senders = 0)",
+            f"{fmt(alone)}/s (relay CPU {num(r, 'alone.relay_cpu'):.0%})",
+            f"wrk {fmt(wrk)}/s", fmt(ratio(alone, wrk)), "(for scale)", None)
 
     # 3. Latency
     p50, p99 = num(r, "latency.p50_ms"), num(r, "latency.p99_ms")
@@ -161,6 +167,7 @@ def write_plot_data(r, work):
     thr = num(r, "throughput.rate")
     with open(os.path.join(work, "relay.dat"), "w") as f:
         for label, fig, base in (("2: relay / wrk", thr, num(r, "wrk.rate")),
+                                 ("2: relay alone / wrk", num(r, "alone.rate"), num(r, "wrk.rate")),
                                  ("4: 1M / 10k waiting", num(r, "scale_large.rate"), num(r, "scale_small.rate")),
                                  ("5: fan-out / case 2", num(r, "fanout.rate"), thr),
                                  ("6: beside 503 / case 2", num(r, "isolation_failing.rate"), thr),

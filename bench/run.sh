@@ -33,6 +33,7 @@ BIG_EVENTS=${BIG_EVENTS:-200}               # case 7: requests to the 100 MB rec
 BATCH_SIZE=${BATCH_SIZE:-500}               # the relay's settings (defaults)
 MAX_CONCURRENCY=${MAX_CONCURRENCY:-64}
 ENDPOINT_CONCURRENCY=${ENDPOINT_CONCURRENCY:-32}
+SENDERS=${SENDERS:-1}                       # outbox.senders (default 0); case 2 also runs with 0
 
 export LC_ALL=C.UTF-8
 unset PGHOSTADDR PGDATABASE PGSERVICE PGOPTIONS PGPASSWORD
@@ -124,10 +125,26 @@ start_postgres()
 		outbox.batch_size = $BATCH_SIZE
 		outbox.max_concurrency = $MAX_CONCURRENCY
 		outbox.endpoint_concurrency = $ENDPOINT_CONCURRENCY
+		outbox.senders = $SENDERS
 	EOF
 	runuser -u postgres -- "$PGBIN/pg_ctl" -D "$WORK/data" -l "$WORK/postgres.log" -w start >/dev/null
 	psql_q -f "$BENCH/sql/setup.sql" >/dev/null
 	PG_VERSION=$(sql "SHOW server_version")
+}
+
+# restart_with_senders N: restart PostgreSQL with outbox.senders = N and
+# wait until the relay and its senders run.
+restart_with_senders()
+{
+	sed -i "s/^outbox.senders = .*/outbox.senders = $1/" "$WORK/data/postgresql.conf"
+	runuser -u postgres -- "$PGBIN/pg_ctl" -D "$WORK/data" -l "$WORK/postgres.log" -w restart >/dev/null
+	for _ in $(seq 100); do
+		[ "$(sql "SELECT count(*) FILTER (WHERE backend_type = 'outbox relay') || ' ' ||
+		                 count(*) FILTER (WHERE backend_type = 'outbox sender') FROM pg_stat_activity")" = "1 $1" ] &&
+			return 0
+		sleep 0.1
+	done
+	die "the relay and its $1 senders did not start"
 }
 
 start_receivers()
@@ -265,10 +282,21 @@ case_throughput()
 		sed -n 's/^Requests\/sec: *\([0-9.]*\)/\1/p')
 	result wrk.rate "$rps"
 	log "  wrk, 1 thread, $ENDPOINT_CONCURRENCY connections: $rps requests/s"
+
+	# For scale: the relay sending everything itself.
+	[ "$SENDERS" -gt 0 ] || return 0
+	log "  again with outbox.senders = 0"
+	restart_with_senders 0
+	reset_outbox
+	new_endpoint alone "http://127.0.0.1:$NGINX_PORT/alone"
+	emit_backlog "$THROUGHPUT_EVENTS"
+	deliver alone alone alone "$THROUGHPUT_EVENTS"
+	check_delivered alone "$THROUGHPUT_EVENTS"
+	restart_with_senders "$SENDERS"
 }
 
 # With linux-perf installed (BENCH_PERF=0 to skip): case 2 again, with
-# 100,000 events, under `perf record -g` of the relay; the top of the
+# 100,000 events, under `perf record -g` of the relay and its senders; the top of the
 # report goes to bench/perf-throughput.txt.  A separate pass, so that the
 # profiler does not slow the figures of the table.
 case_profile()
@@ -280,14 +308,15 @@ case_profile()
 	reset_outbox
 	new_endpoint prof "http://127.0.0.1:$NGINX_PORT/prof"
 	emit_backlog 100000
-	relay=$(sql "SELECT pid FROM pg_stat_activity WHERE backend_type = 'outbox relay'")
+	relay=$(sql "SELECT string_agg(pid::text, ',') FROM pg_stat_activity
+	              WHERE backend_type IN ('outbox relay', 'outbox sender')")
 	perf record -q -g -p "$relay" -o "$WORK/perf.data" >/dev/null 2>&1 &
 	perf_pid=$!
 	sleep 0.5
 	deliver profile prof prof 100000
 	kill -INT "$perf_pid" && wait "$perf_pid" || true
 	{
-		echo "# perf record -g of the outbox relay during case 2 (100,000 events), by library"
+		echo "# perf record -g of the outbox relay and its $SENDERS senders during case 2 (100,000 events), by library"
 		perf report -i "$WORK/perf.data" --stdio --no-children --sort dso -g none 2>/dev/null |
 			grep -v '^#' | grep -v '^$' | head -n 15
 		echo "# and by symbol (postgres has no debug symbols here: hex addresses are in it)"
@@ -441,12 +470,12 @@ main()
 	start_postgres
 	start_receivers
 	log "PostgreSQL $PG_VERSION, $(nproc) cores; relay batch_size $BATCH_SIZE," \
-		"max_concurrency $MAX_CONCURRENCY, endpoint_concurrency $ENDPOINT_CONCURRENCY"
+		"max_concurrency $MAX_CONCURRENCY, endpoint_concurrency $ENDPOINT_CONCURRENCY, senders $SENDERS"
 	result env.pg_version "$PG_VERSION"
 	result env.cores "$(nproc)"
 	result env.cpu "$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1 | tr ' ' '_')"
 	result env.git "$(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo unknown)"
-	result env.settings "batch_size=$BATCH_SIZE,max_concurrency=$MAX_CONCURRENCY,endpoint_concurrency=$ENDPOINT_CONCURRENCY"
+	result env.settings "batch_size=$BATCH_SIZE,max_concurrency=$MAX_CONCURRENCY,endpoint_concurrency=$ENDPOINT_CONCURRENCY,senders=$SENDERS"
 
 	case_emit_cost
 	case_throughput

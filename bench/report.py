@@ -111,10 +111,13 @@ def build_rows(r):
         f"{fmt(large)}/s" + (" (timed out)" if timed_out else ""), f"{fmt(small)}/s",
         fmt(ratio(large, small)), "≥ 0.80", ratio(large, small) >= 0.80)
     before, after = num(r, "scale_before.size_bytes"), num(r, "scale_retained.size_bytes")
+    rot_before, rot_after = num(r, "scale_before.rotated_bytes"), num(r, "scale_retained.rotated_bytes")
     row("4 scale: outbox tables' size after delivery and retention (periods of 2 s)",
-        f"{fmt(after / 2**20)} MB after {fmt(num(r, 'scale_retention.seconds'))} s "
+        f"{fmt(after / 2**20)} MB after {fmt(num(r, 'scale_retention.seconds'))} s: rotated partitions "
+        f"{fmt(rot_after / 2**10)} kB, the rest {fmt((after - rot_after) / 2**10)} kB "
         f"(peak backlog {fmt(num(r, 'scale_emitted.size_bytes') / 2**20)} MB)",
-        f"{fmt(before / 2**20)} MB at start", fmt(ratio(after, before)), "≤ 1.10",
+        f"{fmt(before / 2**20)} MB at start: {fmt(rot_before / 2**10)} kB, "
+        f"{fmt((before - rot_before) / 2**10)} kB", fmt(ratio(after, before)), "≤ 1.10",
         ratio(after, before) <= 1.10)
     dead = num(r, "scale_after.dead_tuples")
     row("4 scale: dead tuples in outbox tables after delivery", f"{fmt(dead)}",

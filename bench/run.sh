@@ -343,6 +343,10 @@ table_stats()
 	sleep 1.5                           # the relay flushes its statistics each second
 	result "$1.size_bytes" "$(sql "SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c
 	                                 WHERE c.relnamespace = 'outbox'::regnamespace AND c.relkind = 'r'")"
+	# The rotated partitions apart from the rest (endpoints, positions, ...).
+	result "$1.rotated_bytes" "$(sql "SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c
+	                                    WHERE c.relnamespace = 'outbox'::regnamespace AND c.relkind = 'r'
+	                                      AND c.relispartition")"
 	result "$1.dead_tuples" "$(sql "SELECT coalesce(sum(n_dead_tup), 0) FROM pg_stat_user_tables WHERE schemaname = 'outbox'")"
 	result "$1.dead_detail" "$(sql "SELECT coalesce(string_agg(relname || '=' || n_dead_tup, ',' ORDER BY relname), '-')
 	                                  FROM pg_stat_user_tables WHERE schemaname = 'outbox' AND n_dead_tup > 0")"

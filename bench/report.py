@@ -89,6 +89,11 @@ def build_rows(r):
         f"{fmt(thr)}/s (relay CPU {num(r, 'throughput.relay_cpu'):.0%}, "
         f"senders {num(r, 'throughput.senders_cpu'):.0%})",
         f"wrk {fmt(wrk)}/s", fmt(ratio(thr, wrk)), "≥ 0.30", ratio(thr, wrk) >= 0.30)
+    if "throughput.rounds" in r:
+        row("2 relay throughput: each round (the median counts)",
+            ", ".join(f"{fmt(float(x))}/s" for x in r["throughput.rounds"].split(",")),
+            "wrk " + ", ".join(f"{fmt(float(x))}/s" for x in r["wrk.rounds"].split(",")),
+            "", "", None)
     alone = num(r, "alone.rate")
     if alone == alone:
         row("2 relay throughput, the relay sending alone (outbox.senders = 0)",

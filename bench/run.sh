@@ -20,8 +20,9 @@ PY=/usr/bin/python3                 # Debian's, which has psycopg2
 
 EMIT_SECONDS=${EMIT_SECONDS:-4}             # case 1: each pgbench run
 EMIT_ROUNDS=${EMIT_ROUNDS:-3}               # case 1: rounds of the variants in turn
-WRK_SECONDS=${WRK_SECONDS:-10}              # case 2: the wrk ceiling
+WRK_SECONDS=${WRK_SECONDS:-5}               # case 2: the wrk ceiling, each round
 THROUGHPUT_EVENTS=${THROUGHPUT_EVENTS:-200000}
+THROUGHPUT_ROUNDS=${THROUGHPUT_ROUNDS:-3}   # case 2: rounds of the relay and of wrk
 LATENCY_RATE=${LATENCY_RATE:-1000}          # case 3: events a second
 LATENCY_SECONDS=${LATENCY_SECONDS:-30}
 SCALE_SMALL=${SCALE_SMALL:-10000}           # case 4
@@ -255,18 +256,9 @@ case_emit_cost()
 	psql_q -f "$BENCH/sql/emit_reset.sql" >/dev/null
 }
 
-case_throughput()
+# The request wrk sends: the body of a bench event and the relay's headers.
+write_wrk_request()
 {
-	local rps
-
-	log "case 2: relay throughput, $THROUGHPUT_EVENTS events waiting, one endpoint"
-	reset_outbox
-	new_endpoint thr "http://127.0.0.1:$NGINX_PORT/thr"
-	emit_backlog "$THROUGHPUT_EVENTS"
-	deliver throughput thr thr "$THROUGHPUT_EVENTS"
-	check_delivered thr "$THROUGHPUT_EVENTS"
-
-	# The ceiling: wrk sending the same request at the same concurrency.
 	sql "SELECT outbox._body(event_type, created_at, payload) FROM outbox.events
 	      WHERE event_type = 'bench.event' LIMIT 1" >"$WORK/request"
 	cat >>"$WORK/request" <<-EOF
@@ -277,11 +269,40 @@ case_throughput()
 		webhook-timestamp: $(date +%s)
 		webhook-signature: v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=
 	EOF
-	rps=$(BENCH_REQUEST="$WORK/request" wrk -t 1 -c "$ENDPOINT_CONCURRENCY" -d "${WRK_SECONDS}s" \
-		-s "$BENCH/wrk_post.lua" "http://127.0.0.1:$NGINX_PORT/wrk" |
-		sed -n 's/^Requests\/sec: *\([0-9.]*\)/\1/p')
-	result wrk.rate "$rps"
-	log "  wrk, 1 thread, $ENDPOINT_CONCURRENCY connections: $rps requests/s"
+}
+
+# median: the middle of the numbers on stdin (the lower middle of an even count).
+median() { sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
+
+case_throughput()
+{
+	local round rps mid
+
+	log "case 2: relay throughput, $THROUGHPUT_EVENTS events waiting, one endpoint;" \
+		"$THROUGHPUT_ROUNDS rounds of the relay and of wrk in turn (the medians count)"
+	: >"$WORK/wrk.runs"
+	for round in $(seq "$THROUGHPUT_ROUNDS"); do
+		reset_outbox
+		new_endpoint "thr$round" "http://127.0.0.1:$NGINX_PORT/thr"
+		emit_backlog "$THROUGHPUT_EVENTS"
+		deliver "throughput_$round" "thr$round" "thr$round" "$THROUGHPUT_EVENTS"
+		check_delivered "thr$round" "$THROUGHPUT_EVENTS"
+		# The ceiling: wrk sending the same request at the same concurrency.
+		[ "$round" -gt 1 ] || write_wrk_request
+		rps=$(BENCH_REQUEST="$WORK/request" wrk -t 1 -c "$ENDPOINT_CONCURRENCY" -d "${WRK_SECONDS}s" \
+			-s "$BENCH/wrk_post.lua" "http://127.0.0.1:$NGINX_PORT/wrk" |
+			sed -n 's/^Requests\/sec: *\([0-9.]*\)/\1/p')
+		echo "$rps" >>"$WORK/wrk.runs"
+		log "  wrk, 1 thread, $ENDPOINT_CONCURRENCY connections, ${WRK_SECONDS} s: $rps requests/s"
+	done
+	# The median round's figures (rate, CPU, memory) stand for the case.
+	mid=$(median < <(sed -n 's/^throughput_[0-9]*\.rate //p' "$RESULTS"))
+	round=$(sed -n "s/^throughput_\([0-9]*\)\.rate $mid\$/\1/p" "$RESULTS" | head -n 1)
+	sed -n "s/^throughput_$round\./throughput./p" "$RESULTS" >"$WORK/median.round"
+	cat "$WORK/median.round" >>"$RESULTS"
+	result throughput.rounds "$(sed -n 's/^throughput_[0-9]*\.rate //p' "$RESULTS" | paste -sd,)"
+	result wrk.rate "$(median <"$WORK/wrk.runs")"
+	result wrk.rounds "$(paste -sd, "$WORK/wrk.runs")"
 
 	# For scale: the relay sending everything itself.
 	[ "$SENDERS" -gt 0 ] || return 0

@@ -20,10 +20,11 @@
  * write sets the reader's latch, so both sleep in their usual wait on the
  * latch and libcurl's sockets (http_wait).
  *
- * A sender that exits (or could not be started) fails its requests in
- * flight as transport errors, so they are retried like any other; the
- * relay starts it again after SENDER_RESTART_MS and sends locally until
- * then.  A sender leaves when its relay does (the queues detach).
+ * A sender that exits (or could not be started, or is stuck: no answer
+ * SENDER_GRACE_MS past a request's timeout) fails its requests in flight
+ * as transport errors, so they are retried like any other; the relay
+ * starts it again after SENDER_RESTART_MS and sends locally until then.  A
+ * sender leaves when its relay does (the queues detach).
  *
  *-------------------------------------------------------------------------
  */
@@ -51,6 +52,11 @@
 #define QUEUE_SIZE			(256 * 1024)
 /* A sender that exited is started again after this. */
 #define SENDER_RESTART_MS	5000
+/*
+ * A result later than its request's timeout by this much means the sender
+ * is stuck: it is stopped and its requests fail, as if it had exited.
+ */
+#define SENDER_GRACE_MS		10000
 
 /* A request, relay to sender; the URL, header lines and body follow. */
 typedef struct WireRequest
@@ -131,6 +137,7 @@ typedef struct Sender
 	shm_mq_handle *results;
 	dlist_head	waiting;		/* requests not yet in the queue */
 	HttpRequest **by_id;		/* requests in flight here, by wire id */
+	TimestampTz *due_by;		/* when each should have been answered */
 	int			n_ids;
 	int			in_flight;
 	bool		refused;		/* warned that it could not be started */
@@ -224,12 +231,12 @@ senders_start(const char *dbname)
 }
 
 /*
- * A sender is gone: what it had in flight fails as a transport error (it
- * may or may not have reached the receiver; the retry decides), and it is
- * started again later.
+ * A sender is gone (or stuck, and told to stop): what it had in flight
+ * fails as a transport error (it may or may not have reached the receiver;
+ * the retry decides), and it is started again later.
  */
 static void
-lost(Sender *s)
+lost(Sender *s, const char *what)
 {
 	int			failed = 0;
 
@@ -242,7 +249,7 @@ lost(Sender *s)
 		req->status = 0;
 		req->transport_error = true;
 		req->duration_ms = 0;
-		strlcpy(req->error, "the outbox sender process sending it exited", sizeof(req->error));
+		strlcpy(req->error, "the outbox sender process sending it stopped", sizeof(req->error));
 		dlist_push_tail(&finished, &req->node);
 		s->by_id[id] = NULL;
 		failed++;
@@ -264,7 +271,7 @@ lost(Sender *s)
 	SetLatch(MyLatch);
 	/* At shutdown the senders are told to stop as the relay is. */
 	ereport(ProcDiePending ? DEBUG1 : WARNING,
-			(errmsg("outbox sender %d for database \"%s\" exited", s->index + 1, relay_dbname),
+			(errmsg("outbox sender %d for database \"%s\" %s", s->index + 1, relay_dbname, what),
 			 errdetail("Its %d requests in flight will be retried; it is started again in %d s.",
 					   failed, SENDER_RESTART_MS / 1000)));
 }
@@ -338,6 +345,9 @@ senders_submit(HttpRequest *req, int in_flight)
 			MemoryContextAlloc(senders_cxt, sizeof(HttpRequest *) * n) :
 			repalloc(best->by_id, sizeof(HttpRequest *) * n);
 		memset(best->by_id + best->n_ids, 0, sizeof(HttpRequest *) * (n - best->n_ids));
+		best->due_by = best->due_by == NULL ?
+			MemoryContextAlloc(senders_cxt, sizeof(TimestampTz) * n) :
+			repalloc(best->due_by, sizeof(TimestampTz) * n);
 		best->n_ids = n;
 	}
 	w.id = id;
@@ -363,17 +373,31 @@ senders_submit(HttpRequest *req, int in_flight)
 	req->easy = NULL;
 
 	best->by_id[id] = req;
+	best->due_by[id] = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+												   req->timeout_ms + SENDER_GRACE_MS);
 	best->in_flight++;
 	remote_in_flight++;
 	dlist_push_tail(&best->waiting, &o->node);
 	if (!flush(best->requests, &best->waiting))
-		lost(best);
+		lost(best, "exited");
 	return true;
 }
 
+/* Is a request at this sender unanswered long past its timeout? */
+static bool
+stuck(Sender *s)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	for (int id = 0; id < s->n_ids; id++)
+		if (s->by_id[id] != NULL && s->due_by[id] < now)
+			return true;
+	return false;
+}
+
 /*
- * Take what results the senders have sent, send what waits, and start
- * again those gone long enough.
+ * Take what results the senders have sent, send what waits, start again
+ * those gone long enough, and stop one that is stuck.
  */
 static void
 poll_senders(void)
@@ -395,7 +419,7 @@ poll_senders(void)
 				break;
 			if (r == SHM_MQ_DETACHED || len != sizeof(w))
 			{
-				lost(s);
+				lost(s, "exited");
 				break;
 			}
 			memcpy(&w, data, sizeof(w));
@@ -418,7 +442,12 @@ poll_senders(void)
 			dlist_push_tail(&finished, &req->node);
 		}
 		if (s->alive && !flush(s->requests, &s->waiting))
-			lost(s);
+			lost(s, "exited");
+		if (s->alive && s->in_flight > 0 && stuck(s))
+		{
+			TerminateBackgroundWorker(s->worker);
+			lost(s, "answered nothing long past a request's timeout and is stopped");
+		}
 	}
 }
 

@@ -132,12 +132,33 @@ ok(1, 'every event in flight at an exited sender was delivered after all');
 # go to a sender), each answered only after a second.
 is(sql(q{SELECT string_agg(DISTINCT error, ',') FROM outbox.attempts
           WHERE endpoint = 'slow' AND status IS NULL}),
-	'the outbox sender process sending it exited',
+	'the outbox sender process sending it stopped',
 	'requests lost with their sender are recorded as such, and retried');
 $node->poll_query_until('postgres',
 	"SELECT count(*) = 2 FROM pg_stat_activity WHERE backend_type = 'outbox sender'")
   or die 'senders were not started again';
 isnt(sender_pids(), $old, 'two new senders run');
+
+# A sender that is stuck (stopped here with SIGSTOP) is given up on 10 s
+# after a request's timeout: its requests are retried, by the relay itself
+# until a new sender runs.
+$offset = -s $node->logfile;
+my @stopped = split /,/, sender_pids();
+kill 'STOP', @stopped;
+sql("SELECT outbox.create_endpoint('stall', '$url/stall', '{st.*}', timeout => '1 second')");
+sql(q{SELECT outbox.emit('st.e', jsonb_build_object('n', g)) FROM generate_series(1, 4) g});
+ok($node->wait_for_log(qr/outbox sender \d for database "postgres" answered nothing long past a request's timeout/,
+		$offset), 'a stuck sender is given up on');
+$node->poll_query_until('postgres', q{
+	SELECT count(DISTINCT event_id) = 4 FROM outbox.attempts WHERE endpoint = 'stall' AND status = 200})
+  or die 'events of the stuck sender were not delivered';
+ok(1, 'its events were delivered after all');
+kill 'CONT', @stopped;
+$node->poll_query_until('postgres', qq{
+	SELECT count(*) = 2 FROM pg_stat_activity
+	 WHERE backend_type = 'outbox sender' AND NOT pid = ANY ('{@{[ join(',', @stopped) ]}}'::int[])})
+  or die 'stuck senders were not replaced';
+ok(1, 'the stuck senders were stopped and replaced');
 
 # Senders leave with their relay, and the next relay starts its own.
 $old = sender_pids();

@@ -316,35 +316,75 @@ case_throughput()
 	restart_with_senders "$SENDERS"
 }
 
+# profile_pass NAME RESUME TYPES: emit 100,000 events, resume endpoints
+# RESUME and time the delivery to endpoint NAME under `perf record -g` of
+# the processes of backend types TYPES (an SQL list), into $WORK/NAME.perf;
+# deliver.py's summary goes to $WORK/NAME.summary.
+profile_pass()
+{
+	local pids perf_pid
+
+	emit_backlog 100000
+	pids=$(sql "SELECT string_agg(pid::text, ',') FROM pg_stat_activity WHERE backend_type IN ($3)")
+	perf record -q -g -p "$pids" -o "$WORK/$1.perf" >/dev/null 2>&1 &
+	perf_pid=$!
+	sleep 0.5
+	deliver "$1" "$2" "$1" 100000 | tee "$WORK/$1.summary"
+	kill -INT "$perf_pid" && wait "$perf_pid" || true
+}
+
+# by_library NAME: the top of profile NAME by library.
+by_library()
+{
+	perf report -i "$WORK/$1.perf" --stdio --no-children --sort dso -g none 2>/dev/null |
+		grep -v '^#' | grep -v '^$' | head -n 12
+}
+
 # With linux-perf installed (BENCH_PERF=0 to skip): case 2 again, with
-# 100,000 events, under `perf record -g` of the relay and its senders; the top of the
-# report goes to bench/perf-throughput.txt.  A separate pass, so that the
+# 100,000 events, under `perf record -g` of the relay and its senders; the
+# top of the report goes to bench/perf-throughput.txt.  Then the relay alone
+# delivering to a healthy endpoint by itself and beside the never-answering
+# one of case 6 (bench/perf-isolation.txt).  Separate passes, so that the
 # profiler does not slow the figures of the table.
 case_profile()
 {
-	local relay perf_pid
+	local name
 
 	command -v perf >/dev/null && [ "${BENCH_PERF:-1}" = 1 ] || return 0
 	log "profile: case 2 again under perf record -g"
 	reset_outbox
 	new_endpoint prof "http://127.0.0.1:$NGINX_PORT/prof"
-	emit_backlog 100000
-	relay=$(sql "SELECT string_agg(pid::text, ',') FROM pg_stat_activity
-	              WHERE backend_type IN ('outbox relay', 'outbox sender')")
-	perf record -q -g -p "$relay" -o "$WORK/perf.data" >/dev/null 2>&1 &
-	perf_pid=$!
-	sleep 0.5
-	deliver profile prof prof 100000
-	kill -INT "$perf_pid" && wait "$perf_pid" || true
+	profile_pass prof prof "'outbox relay', 'outbox sender'"
 	{
 		echo "# perf record -g of the outbox relay and its $SENDERS senders during case 2 (100,000 events), by library"
-		perf report -i "$WORK/perf.data" --stdio --no-children --sort dso -g none 2>/dev/null |
-			grep -v '^#' | grep -v '^$' | head -n 15
+		by_library prof
 		echo "# and by symbol (postgres has no debug symbols here: hex addresses are in it)"
-		perf report -i "$WORK/perf.data" --stdio --no-children --sort dso,symbol -g none \
+		perf report -i "$WORK/prof.perf" --stdio --no-children --sort dso,symbol -g none \
 			--percent-limit 0.7 2>/dev/null | grep -v '^#' | grep -v '^$' | head -n 40
 	} >"$BENCH/perf-throughput.txt" || true
 	log "  wrote $BENCH/perf-throughput.txt"
+
+	for name in alone beside; do
+		log "profile: the relay, delivering to a healthy endpoint $name a never-answering one"
+		reset_outbox
+		new_endpoint "$name" "http://127.0.0.1:$NGINX_PORT/$name"
+		if [ "$name" = beside ]; then
+			new_endpoint hanging "http://127.0.0.1:$HANG_PORT/" "1 second"
+			profile_pass "$name" "$name,hanging" "'outbox relay'"
+		else
+			profile_pass "$name" "$name" "'outbox relay'"
+		fi
+	done
+	{
+		echo "# perf record -g of the relay process alone (its $SENDERS senders send part of the"
+		echo "# requests), by library, delivering 100,000 events to one endpoint: by itself,"
+		echo "# then beside an endpoint that never answers (case 6, 1 s timeout)."
+		for name in alone beside; do
+			echo "## $name:$(sed 's/^ *[a-z]*:/ /' "$WORK/$name.summary")"
+			by_library "$name"
+		done
+	} >"$BENCH/perf-isolation.txt" || true
+	log "  wrote $BENCH/perf-isolation.txt"
 }
 
 case_latency()

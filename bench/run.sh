@@ -364,11 +364,12 @@ case_profile()
 	} >"$BENCH/perf-throughput.txt" || true
 	log "  wrote $BENCH/perf-throughput.txt"
 
-	for name in alone beside; do
-		log "profile: the relay, delivering to a healthy endpoint $name a never-answering one"
+	# (prof names: the labels deliver.py writes must not be those of the table's cases)
+	for name in profalone profbeside; do
+		log "profile: the relay, delivering to a healthy endpoint ${name#prof} a never-answering one"
 		reset_outbox
 		new_endpoint "$name" "http://127.0.0.1:$NGINX_PORT/$name"
-		if [ "$name" = beside ]; then
+		if [ "$name" = profbeside ]; then
 			new_endpoint hanging "http://127.0.0.1:$HANG_PORT/" "1 second"
 			profile_pass "$name" "$name,hanging" "'outbox relay'"
 		else
@@ -379,8 +380,8 @@ case_profile()
 		echo "# perf record -g of the relay process alone (its $SENDERS senders send part of the"
 		echo "# requests), by library, delivering 100,000 events to one endpoint: by itself,"
 		echo "# then beside an endpoint that never answers (case 6, 1 s timeout)."
-		for name in alone beside; do
-			echo "## $name:$(sed 's/^ *[a-z]*:/ /' "$WORK/$name.summary")"
+		for name in profalone profbeside; do
+			echo "## ${name#prof}:$(sed 's/^ *[a-z_]*:/ /' "$WORK/$name.summary")"
 			by_library "$name"
 		done
 	} >"$BENCH/perf-isolation.txt" || true

@@ -318,19 +318,36 @@ case_throughput()
 
 # profile_pass NAME RESUME TYPES: emit 100,000 events, resume endpoints
 # RESUME and time the delivery to endpoint NAME under `perf record -g` of
-# the processes of backend types TYPES (an SQL list), into $WORK/NAME.perf;
+# the processes of backend types TYPES (an SQL list), into $WORK/NAME.perf,
+# and under `perf stat` of their system calls, into $WORK/NAME.syscalls;
 # deliver.py's summary goes to $WORK/NAME.summary.
+SYSCALLS="sendto recvfrom poll epoll_ctl epoll_wait"
 profile_pass()
 {
-	local pids perf_pid
+	local pids record_pid stat_pid call events=
 
 	emit_backlog 100000
 	pids=$(sql "SELECT string_agg(pid::text, ',') FROM pg_stat_activity WHERE backend_type IN ($3)")
+	for call in $SYSCALLS; do
+		events="$events${events:+,}syscalls:sys_enter_$call"
+	done
 	perf record -q -g -p "$pids" -o "$WORK/$1.perf" >/dev/null 2>&1 &
-	perf_pid=$!
+	record_pid=$!
+	perf stat -x, -e "$events" -p "$pids" -o "$WORK/$1.syscalls" >/dev/null 2>&1 &
+	stat_pid=$!
 	sleep 0.5
 	deliver "$1" "$2" "$1" 100000 | tee "$WORK/$1.summary"
-	kill -INT "$perf_pid" && wait "$perf_pid" || true
+	kill -INT "$record_pid" "$stat_pid" 2>/dev/null
+	wait "$record_pid" "$stat_pid" || true
+}
+
+# syscalls_per_delivery NAME: profile NAME's system calls per delivery
+# (the passes deliver 100,000 events).
+syscalls_per_delivery()
+{
+	awk -F, '$3 ~ /sys_enter_/ { sub(/.*sys_enter_/, "", $3); printf "%s %.2f, ", $3, $1 / 100000 }' \
+		"$WORK/$1.syscalls" | sed 's/, $//'
+	echo
 }
 
 # by_library NAME: the top of profile NAME by library.
@@ -358,6 +375,7 @@ case_profile()
 	{
 		echo "# perf record -g of the outbox relay and its $SENDERS senders during case 2 (100,000 events), by library"
 		by_library prof
+		echo "# system calls per delivery (perf stat): $(syscalls_per_delivery prof)"
 		echo "# and by symbol (postgres has no debug symbols here: hex addresses are in it)"
 		perf report -i "$WORK/prof.perf" --stdio --no-children --sort dso,symbol -g none \
 			--percent-limit 0.7 2>/dev/null | grep -v '^#' | grep -v '^$' | head -n 40
@@ -382,6 +400,7 @@ case_profile()
 		echo "# then beside an endpoint that never answers (case 6, 1 s timeout)."
 		for name in profalone profbeside; do
 			echo "## ${name#prof}:$(sed 's/^ *[a-z_]*:/ /' "$WORK/$name.summary")"
+			echo "# system calls per delivery (perf stat): $(syscalls_per_delivery "$name")"
 			by_library "$name"
 		done
 	} >"$BENCH/perf-isolation.txt" || true

@@ -4,6 +4,12 @@
 # in a scratch copy of the tree under /tmp.  Run as root, from anywhere.
 # Ends with the line "N passed, N failed" and exits non-zero on any failure.
 # OUTBOX_ASSERT=1 is accepted and, for now, ignored.
+#
+# A part of the suite: OUTBOX_TIERS lists the tiers to run (regress,
+# isolation, tap; all by default) and PROVE_TESTS the TAP files, e.g.
+#   OUTBOX_TIERS=tap PROVE_TESTS="t/008_hostile.pl" bash scripts/test.sh
+# The extension is installed into the one PostgreSQL of the machine, so
+# runs from two checkouts take turns (a lock on /tmp/outbox-test.lock).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -56,6 +62,13 @@ pgmake()
 {
 	as_postgres make -C "$SCRATCH" PG_CONFIG="$PG_CONFIG" "$@"
 }
+
+# Two runs must not install two builds under each other's tests.
+exec 9>/tmp/outbox-test.lock
+if ! flock -n 9; then
+	echo "test.sh: waiting for another run of the suite to finish"
+	flock 9
+fi
 
 echo "== copying $ROOT to $SCRATCH"
 copy_tree "$ROOT" "$SCRATCH"
@@ -130,10 +143,11 @@ run_tier()
 	FAILED=$((FAILED + failed))
 }
 
-run_tier regress ISOLATION= TAP_TESTS=
-run_tier isolation REGRESS= TAP_TESTS=
-if compgen -G "$SCRATCH/t/*.pl" >/dev/null; then
-	run_tier tap REGRESS= ISOLATION=
+TIERS=" ${OUTBOX_TIERS:-regress isolation tap} "
+[[ $TIERS == *" regress "* ]] && run_tier regress ISOLATION= TAP_TESTS=
+[[ $TIERS == *" isolation "* ]] && run_tier isolation REGRESS= TAP_TESTS=
+if [[ $TIERS == *" tap "* ]] && compgen -G "$SCRATCH/t/*.pl" >/dev/null; then
+	run_tier tap REGRESS= ISOLATION= ${PROVE_TESTS:+PROVE_TESTS="$PROVE_TESTS"}
 fi
 
 echo "$PASSED passed, $FAILED failed"

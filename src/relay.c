@@ -476,7 +476,9 @@ record_round(void)
 		Batch	   *b = dlist_container(Batch, node, iter.cur);
 		bool		complete = b->pending == 0;
 		bool		ok = true;
-		bool		recorded = false;
+
+		/* Set inside PG_TRY and read after it: volatile (setjmp). */
+		volatile bool recorded = false;
 		int			ready = 0;
 
 		for (int i = 0; i < b->n; i++)
@@ -492,9 +494,13 @@ record_round(void)
 
 		PG_TRY();
 		{
+			bool		stored = false;
+
 			if (begin_tx("outbox: recording outcomes"))
-				recorded = store_record(b, complete);
+				stored = store_record(b, complete);
 			end_tx();
+			/* Recorded only once the commit did not throw. */
+			recorded = stored;
 		}
 		PG_CATCH();
 		{

@@ -5,7 +5,12 @@
  *	  cloud metadata address among them), unspecified, multicast or
  *	  reserved ranges are refused unless outbox.allowed_networks names them.
  *	  IPv4-mapped and IPv4-compatible IPv6 addresses are judged by the IPv4
- *	  address inside.  Pure functions; http.c applies them to the address
+ *	  address inside.  IPv6 addresses that carry an IPv4 address to a
+ *	  translator or tunnel (NAT64's 64:ff9b::/96, 6to4's 2002::/16,
+ *	  Teredo's 2001::/32) are refused when the IPv4 address inside would be,
+ *	  unless outbox.allowed_networks names the IPv6 address itself: what the
+ *	  gateway reaches is not for this server to allow by its IPv4 rules.
+ *	  Pure functions (but for one static message buffer); http.c applies them to the address
  *	  libcurl is about to connect to, so the address checked is the address
  *	  used (no window for a DNS answer to change in between).
  *
@@ -41,8 +46,12 @@ static const Range refused[] = {
 	{AF_INET, "240.0.0.0", 4, "a reserved address"},
 	{AF_INET6, "::", 128, "an unspecified address"},
 	{AF_INET6, "::1", 128, "a loopback address"},
+	{AF_INET6, "64:ff9b:1::", 48, "a local-use NAT64 address"},
+	{AF_INET6, "100::", 64, "a discard-only address"},
+	{AF_INET6, "2001:db8::", 32, "a documentation address"},
 	{AF_INET6, "fc00::", 7, "a private (unique local) address"},
 	{AF_INET6, "fe80::", 10, "a link-local address"},
+	{AF_INET6, "fec0::", 10, "a site-local address"},
 	{AF_INET6, "ff00::", 8, "a multicast address"},
 };
 
@@ -130,14 +139,69 @@ address_parse_networks(const char *text, NetworkList *list, const char **error)
 	return true;
 }
 
+/* Why addr (of family) is in a refused range, or NULL. */
+static const char *
+range_refusal(int family, const uint8 *addr)
+{
+	for (size_t i = 0; i < lengthof(refused); i++)
+	{
+		uint8		net[16];
+
+		if (refused[i].family != family)
+			continue;
+		if (inet_pton(family, refused[i].addr, net) != 1)
+			continue;
+		if (in_network(addr, net, refused[i].prefix))
+			return refused[i].what;
+	}
+	return NULL;
+}
+
 /*
- * NULL when the relay may connect to sa, else why not (a static string).
+ * The IPv4 addresses an IPv6 address carries to a translator or tunnel:
+ * how many (0 to 2) into v4, with the kind of address in *kind.
+ */
+static int
+embedded_ipv4(const uint8 *a6, uint8 v4[2][4], const char **kind)
+{
+	static const uint8 nat64[12] = {0, 0x64, 0xff, 0x9b, 0, 0, 0, 0, 0, 0, 0, 0};
+
+	if (memcmp(a6, nat64, 12) == 0)
+	{
+		*kind = "NAT64";
+		memcpy(v4[0], a6 + 12, 4);
+		return 1;
+	}
+	if (a6[0] == 0x20 && a6[1] == 0x02)
+	{
+		*kind = "6to4";
+		memcpy(v4[0], a6 + 2, 4);
+		return 1;
+	}
+	if (a6[0] == 0x20 && a6[1] == 0x01 && a6[2] == 0 && a6[3] == 0)
+	{
+		/* Teredo: the server, then the client's address inverted */
+		*kind = "Teredo";
+		memcpy(v4[0], a6 + 4, 4);
+		for (int i = 0; i < 4; i++)
+			v4[1][i] = (uint8) ~a6[12 + i];
+		return 2;
+	}
+	return 0;
+}
+
+/*
+ * NULL when the relay may connect to sa, else why not.  The reason is a
+ * static string, or for an IPv4 address inside an IPv6 one a static buffer
+ * that the next call overwrites.
  */
 const char *
 address_refusal(const struct sockaddr *sa, const NetworkList *allowed)
 {
+	static char why_inside[128];
 	uint8		addr[16];
 	int			family;
+	const char *why;
 
 	if (sa->sa_family == AF_INET)
 	{
@@ -168,16 +232,20 @@ address_refusal(const struct sockaddr *sa, const NetworkList *allowed)
 			in_network(addr, allowed->nets[i].addr, allowed->nets[i].prefix))
 			return NULL;
 
-	for (size_t i = 0; i < lengthof(refused); i++)
+	if ((why = range_refusal(family, addr)) != NULL)
+		return why;
+	if (family == AF_INET6)
 	{
-		uint8		net[16];
+		uint8		v4[2][4];
+		const char *kind = NULL;
+		int			n = embedded_ipv4(addr, v4, &kind);
 
-		if (refused[i].family != family)
-			continue;
-		if (inet_pton(family, refused[i].addr, net) != 1)
-			continue;
-		if (in_network(addr, net, refused[i].prefix))
-			return refused[i].what;
+		for (int i = 0; i < n; i++)
+			if ((why = range_refusal(AF_INET, v4[i])) != NULL)
+			{
+				snprintf(why_inside, sizeof(why_inside), "a %s address carrying %s", kind, why);
+				return why_inside;
+			}
 	}
 	return NULL;
 }

@@ -27,6 +27,13 @@ my %targets = (
 	mapped_meta  => 'http://[::ffff:169.254.169.254]/x',
 	v6_loopback  => "http://[::1]:$port/x",
 	v6_private   => 'http://[fd00::1]/x',
+	# IPv4 addresses carried inside IPv6 ones to a translator or tunnel
+	nat64_loopback  => "http://[64:ff9b::7f00:1]:$port/x",
+	nat64_meta      => 'http://[64:ff9b::a9fe:a9fe]/x',
+	sixto4_private  => 'http://[2002:a01:203::1]/x',
+	sixto4_loopback => "http://[2002:7f00:1::1]:$port/x",
+	teredo_private  => 'http://[2001:0:4136:e378:8000:63bf:3f57:fefe]/x',
+	site_local      => 'http://[fec0::1]/x',
 );
 for my $name (sort keys %targets)
 {
@@ -63,6 +70,19 @@ $node->poll_query_until('postgres',
 my $ok = $node->safe_psql('postgres',
 	"SELECT string_agg(endpoint, ',' ORDER BY endpoint) FROM outbox.attempts WHERE status = 200");
 is($ok, 'localhost,loopback,mapped', 'targets resolving to 127.0.0.1 are allowed; nothing else');
+
+# Allowing 127.0.0.1 does not allow the loopback address of a NAT64 or 6to4
+# gateway: the IPv6 address itself would have to be named.
+for my $name (qw(nat64_loopback sixto4_loopback))
+{
+	ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 2 FROM outbox.attempts WHERE endpoint = '$name'"),
+		"$name: tried again after the reload");
+	my $error = $node->safe_psql('postgres',
+		"SELECT error FROM outbox.attempts WHERE endpoint = '$name' ORDER BY attempt DESC LIMIT 1");
+	like($error, qr/refused to connect to .*carrying a loopback address/,
+		"$name: still refused ($error)");
+}
 
 $node->stop;
 $receiver->kill_kill;

@@ -30,12 +30,38 @@
 
 PG_FUNCTION_INFO_V1(outbox_check_url);
 
+/*
+ * The URL as messages may show it: credentials before an "@" in the
+ * authority are replaced by "***", since an error reaches clients, the
+ * server log and whatever collects them.
+ */
+static char *
+url_for_messages(const char *url)
+{
+	size_t		scheme_len = strspn(url, "abcdefghijklmnopqrstuvwxyz"
+									"ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-");
+	const char *auth = url;
+	size_t		auth_len;
+	const char *at = NULL;
+
+	/* After "scheme:" and its slashes, however many ("http:/u:p@h" too). */
+	if (scheme_len > 0 && url[scheme_len] == ':')
+		auth = url + scheme_len + 1 + strspn(url + scheme_len + 1, "/");
+	auth_len = strcspn(auth, "/?#");
+	for (const char *p = auth; p < auth + auth_len; p++)
+		if (*p == '@')
+			at = p;
+	if (at == NULL)
+		return pstrdup(url);
+	return psprintf("%.*s***%s", (int) (auth - url), url, at);
+}
+
 static void
 bad_url(const char *url, const char *detail)
 {
 	ereport(ERROR,
 			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-			 errmsg("invalid endpoint URL \"%s\"", url),
+			 errmsg("invalid endpoint URL \"%s\"", url_for_messages(url)),
 			 errdetail("%s", detail)));
 }
 

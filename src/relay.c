@@ -264,6 +264,123 @@ add_header(struct curl_slist *list, const char *line)
 	return next;
 }
 
+/*
+ * Step through an endpoint's "name: value\n" header lines: the next line's
+ * name and value (without the ": " between them), false after the last.
+ */
+static bool
+next_header_line(const char **lines, const char **name, size_t *name_len,
+				 const char **value, size_t *value_len)
+{
+	const char *l = *lines;
+	size_t		len = strcspn(l, "\n");
+
+	if (*l == '\0')
+		return false;
+	*lines = l[len] == '\n' ? l + len + 1 : l + len;
+	*name = l;
+	*name_len = strcspn(l, ":\n");
+	*value = l + Min(*name_len + 1, len);
+	while (*value < l + len && **value == ' ')
+		(*value)++;
+	*value_len = l + len - *value;
+	return true;
+}
+
+/*
+ * Does the endpoint set the header of this "name: value" line itself?
+ * Names compare case-insensitively, as HTTP's do.  An event's header of
+ * such a name is not sent: an application that may only emit must not
+ * override (or add a second) Authorization, say, of the endpoint's.
+ */
+static bool
+endpoint_sets_header(const RelayEndpoint *ep, const char *line)
+{
+	size_t		len = strcspn(line, ":");
+	const char *lines = ep->headers;
+	const char *name;
+	const char *value;
+	size_t		name_len;
+	size_t		value_len;
+
+	while (next_header_line(&lines, &name, &name_len, &value, &value_len))
+		if (name_len == len && pg_strncasecmp(name, line, len) == 0)
+			return true;
+	return false;
+}
+
+/* Shorter endpoint header values are not taken for secrets. */
+#define REDACT_MIN_LEN		4
+#define REDACTED			"[redacted]"
+
+/* A byte of a header value as the kept response shows it (http.c). */
+static inline char
+as_kept(char c)
+{
+	unsigned char u = (unsigned char) c;
+
+	return (u >= 0x20 && u < 0x7f) || c == '\t' ? c : '?';
+}
+
+/*
+ * Take the endpoint's header values (its Authorization, say) out of the
+ * response kept for outbox.attempts: a receiver that echoes its request
+ * would put them there.  Every occurrence becomes "[redacted]", and so does
+ * the start of one where the kept text was cut off.
+ */
+static void
+redact_response(const RelayEndpoint *ep, HttpRequest *req)
+{
+	const char *lines = ep->headers;
+	const char *name;
+	const char *value;
+	size_t		name_len;
+	size_t		value_len;
+
+	if (req->response_len == 0)
+		return;
+	while (next_header_line(&lines, &name, &name_len, &value, &value_len))
+	{
+		char		out[OUTBOX_RESPONSE_KEEP + 1];
+		size_t		n = 0;
+		size_t		i = 0;
+		bool		changed = false;
+
+		if (value_len < REDACT_MIN_LEN)
+			continue;
+		while (i < req->response_len)
+		{
+			size_t		m = 0;
+
+			while (m < value_len && i + m < req->response_len &&
+				   req->response[i + m] == as_kept(value[m]))
+				m++;
+			/* the whole value, or a start of it of some length cut off */
+			if (m == value_len ||
+				(i + m == req->response_len && m >= REDACT_MIN_LEN &&
+				 req->response_read > req->response_len))
+			{
+				size_t		r = Min(strlen(REDACTED), OUTBOX_RESPONSE_KEEP - n);
+
+				memcpy(out + n, REDACTED, r);
+				n += r;
+				i += m;
+				changed = true;
+			}
+			else if (n < OUTBOX_RESPONSE_KEEP)
+				out[n++] = req->response[i++];
+			else
+				i++;
+		}
+		if (changed)
+		{
+			memcpy(req->response, out, n);
+			req->response[n] = '\0';
+			req->response_len = n;
+		}
+	}
+}
+
 /* Build the signed request of one delivery and hand it to libcurl. */
 static void
 submit(Delivery *d)
@@ -311,8 +428,10 @@ submit(Delivery *d)
 			h = add_header(h, l);
 		pfree(copy);
 	}
+	/* The endpoint's own headers win over an event's of the same name. */
 	for (int i = 0; i < d->n_event_headers; i++)
-		h = add_header(h, d->event_headers[i]);
+		if (!endpoint_sets_header(ep, d->event_headers[i]))
+			h = add_header(h, d->event_headers[i]);
 
 	d->req.url = ep->url;
 	d->req.body = d->body;
@@ -421,6 +540,7 @@ collect(void)
 		Batch	   *b = d->batch;
 		Outcome		o;
 
+		redact_response(b->ep, req);
 		o = policy_classify(req->status, req->transport_error,
 							req->delivery[0] ? req->delivery : NULL);
 		d->next_at = 0;

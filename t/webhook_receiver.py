@@ -11,10 +11,15 @@ receiver serves many endpoints at once:
   delivery=V      send "webhook-delivery: V" (abort-message or disable)
   location=URL    send "Location: URL" (with a 3xx status)
   delay=S         wait S seconds before answering
+  echo=1          answer with the request: {"body": its body as a string,
+                  "headers": [[name, value], ...] with repeated names}
+
+An event can set any of these for itself with a header "x-test-NAME"
+(emit(..., headers => '{"x-test-delay": "2"}')), over the URL's.
 
 Every request is appended to the log file as one JSON line: the receive
-time (Unix seconds, float), path, query, lower-cased headers, body and the
-status answered.  The port is written to --port-file once listening.
+time (Unix seconds, float), path, query, lower-cased headers (the last of a
+repeated name), every header line in order, body and the status answered.  The port is written to --port-file once listening.
 Standard library only.
 """
 import argparse
@@ -47,6 +52,9 @@ class Handler(BaseHTTPRequestHandler):
         body = self.rfile.read(length).decode("utf-8", "replace")
         url = urlsplit(self.path)
         q = {k: v[-1] for k, v in parse_qs(url.query).items()}
+        for k, v in self.headers.items():
+            if k.lower().startswith("x-test-"):
+                q[k.lower()[len("x-test-"):]] = v
         status = int(q.get("status", "200"))
         msg_id = self.headers.get("webhook-id", "")
         with lock:
@@ -61,6 +69,7 @@ class Handler(BaseHTTPRequestHandler):
             "path": url.path,
             "query": q,
             "headers": {k.lower(): v for k, v in self.headers.items()},
+            "header_list": self.headers.items(),
             "body": body,
             "status": status,
         }
@@ -74,9 +83,12 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header("webhook-delivery", q["delivery"])
         if "location" in q:
             self.send_header("Location", q["location"])
-        self.send_header("Content-Length", "2")
+        answer = b"ok"
+        if q.get("echo") == "1":
+            answer = json.dumps({"body": body, "headers": self.headers.items()}).encode()
+        self.send_header("Content-Length", str(len(answer)))
         self.end_headers()
-        self.wfile.write(b"ok")
+        self.wfile.write(answer)
 
 
 def main():

@@ -10,9 +10,10 @@
  *	  Teredo's 2001::/32) are refused when the IPv4 address inside would be,
  *	  unless outbox.allowed_networks names the IPv6 address itself: what the
  *	  gateway reaches is not for this server to allow by its IPv4 rules.
- *	  Pure functions (but for one static message buffer); http.c applies them to the address
- *	  libcurl is about to connect to, so the address checked is the address
- *	  used (no window for a DNS answer to change in between).
+ *	  No state but one static buffer for messages.  http.c applies the
+ *	  policy to the address libcurl is about to connect to, so the address
+ *	  checked is the address used (no window for a DNS answer to change in
+ *	  between).
  *
  *-------------------------------------------------------------------------
  */

@@ -142,6 +142,70 @@ recover(MemoryContext cxt)
 	pgstat_report_activity(STATE_IDLE, NULL);
 }
 
+/* How a step's transaction ended. */
+typedef enum StepResult
+{
+	STEP_DONE,					/* committed */
+	STEP_DECLINED,				/* committed, but the step found it could not
+								 * do its work yet (an endpoint busy) */
+	STEP_ABSENT,				/* outbox is not installed (of this version) */
+	STEP_FAILED					/* an error, reported; nothing took effect */
+} StepResult;
+
+typedef StepResult (*StepFunc) (void *arg);
+
+/*
+ * Run one step of the loop in a short transaction of its own (the bracket
+ * of begin_tx and end_tx).  An error anywhere, in the commit too, is
+ * reported and rolled back, and the step has failed: a result counts only
+ * once its commit returned.  Without the extension the step is not run and
+ * the main loop leaves.
+ */
+static StepResult
+run_step(const char *activity, StepFunc step, void *arg)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+
+	/* Set inside PG_TRY and read after it: volatile (setjmp). */
+	volatile StepResult result = STEP_FAILED;
+
+	PG_TRY();
+	{
+		StepResult	r = STEP_ABSENT;
+
+		if (begin_tx(activity))
+			r = step(arg);
+		end_tx();
+		result = r;
+	}
+	PG_CATCH();
+	{
+		recover(cxt);
+	}
+	PG_END_TRY();
+	if (result == STEP_ABSENT)
+		extension_absent = true;
+	return result;
+}
+
+/*
+ * When an endpoint may read: a page of new events if none is in flight
+ * (one failing without pause only in a full round, to probe it), its due
+ * retries if none are in flight and a full round or a recorded batch asks.
+ */
+static bool
+may_read_page(const RelayEndpoint *ep, bool full)
+{
+	return ep->active && ep->page == NULL &&
+		(ep->consecutive_failures < CIRCUIT_FAILURES || full);
+}
+
+static bool
+may_read_due(const RelayEndpoint *ep, bool full)
+{
+	return ep->active && ep->due == NULL && (full || ep->more_due);
+}
+
 /*
  * Settle a delivery without sending it: it goes to the retry table, due at
  * next_at (its deliver_at, or now for one waiting behind its key).
@@ -158,6 +222,54 @@ defer(Delivery *d, TimestampTz next_at)
 }
 
 /*
+ * The reading step of read_round: what each endpoint that may read is
+ * owed, into the unconfirmed list.  A full round first loads the
+ * endpoints afresh.  An endpoint's requests to read again at once are
+ * taken as it reads.
+ */
+static StepResult
+read_step(void *arg)
+{
+	bool		full = *(bool *) arg;
+	HASH_SEQ_STATUS seq;
+	RelayEndpoint *ep;
+
+	if (full && !store_extension_ready())
+		return STEP_ABSENT;
+	if (full)
+		store_load_endpoints(endpoints, relay_cxt);
+	hash_seq_init(&seq, endpoints);
+	while ((ep = hash_seq_search(&seq)) != NULL)
+	{
+		/*
+		 * An endpoint failing without pause gets one new event per full
+		 * round to probe it, besides its due retries: its backlog waits at
+		 * its position instead of costing the other endpoints the relay's
+		 * time.
+		 */
+		if (may_read_page(ep, full))
+		{
+			ep->more_page = false;
+			ep->page = store_read_page(ep,
+									   ep->consecutive_failures < CIRCUIT_FAILURES ?
+									   outbox_batch_size : 1,
+									   relay_cxt);
+			if (ep->page)
+				dlist_push_tail(&unconfirmed, &ep->page->node);
+		}
+		/* Retries come due with time, not with commits. */
+		if (may_read_due(ep, full))
+		{
+			ep->more_due = false;
+			ep->due = store_read_due(ep, outbox_batch_size, relay_cxt);
+			if (ep->due)
+				dlist_push_tail(&unconfirmed, &ep->due->node);
+		}
+	}
+	return STEP_DONE;
+}
+
+/*
  * Read what each active endpoint with room for it is owed: a page of new
  * events and, in a full round (the poll timer, or endpoints changed), its
  * due retries and a fresh copy of the endpoints.  One short transaction.
@@ -167,65 +279,23 @@ defer(Delivery *d, TimestampTz next_at)
 static void
 read_round(bool full)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-
-	PG_TRY();
-	{
-		if (!begin_tx("outbox: reading events") || (full && !store_extension_ready()))
-			extension_absent = true;
-		else
-		{
-			HASH_SEQ_STATUS seq;
-			RelayEndpoint *ep;
-
-			if (full)
-				store_load_endpoints(endpoints, relay_cxt);
-			hash_seq_init(&seq, endpoints);
-			while ((ep = hash_seq_search(&seq)) != NULL)
-			{
-				if (!ep->active)
-					continue;
-				/*
-				 * An endpoint failing without pause gets one new event per
-				 * full round to probe it, besides its due retries: its
-				 * backlog waits at its position instead of costing the
-				 * other endpoints the relay's time.
-				 */
-				if (ep->page == NULL &&
-					(ep->consecutive_failures < CIRCUIT_FAILURES || full))
-				{
-					ep->page = store_read_page(ep,
-											   ep->consecutive_failures < CIRCUIT_FAILURES ?
-											   outbox_batch_size : 1,
-											   relay_cxt);
-					if (ep->page)
-						dlist_push_tail(&unconfirmed, &ep->page->node);
-				}
-				/* Retries come due with time, not with commits. */
-				if (ep->due == NULL && (full || ep->more_due))
-				{
-					ep->more_due = false;
-					ep->due = store_read_due(ep, outbox_batch_size, relay_cxt);
-					if (ep->due)
-						dlist_push_tail(&unconfirmed, &ep->due->node);
-				}
-			}
-		}
-		end_tx();
-	}
-	PG_CATCH();
+	if (run_step("outbox: reading events", read_step, &full) != STEP_DONE)
 	{
 		dlist_mutable_iter iter;
+		HASH_SEQ_STATUS seq;
+		RelayEndpoint *ep;
 
-		recover(cxt);
 		dlist_foreach_modify(iter, &unconfirmed)
 		{
 			dlist_delete(iter.cur);
 			free_batch(dlist_container(Batch, node, iter.cur));
 		}
+		/* A failed read is not repeated at once: the next full round is. */
+		hash_seq_init(&seq, endpoints);
+		while ((ep = hash_seq_search(&seq)) != NULL)
+			ep->more_page = ep->more_due = false;
 		return;
 	}
-	PG_END_TRY();
 
 	while (!dlist_is_empty(&unconfirmed))
 	{
@@ -574,6 +644,25 @@ collect(void)
 	}
 }
 
+/* What record_step records: one batch, and whether all of it is done. */
+typedef struct RecordRequest
+{
+	Batch	   *batch;
+	bool		complete;
+} RecordRequest;
+
+/*
+ * The recording step of record_round: declined when _record found the
+ * endpoint busy (its row locked, or gone).
+ */
+static StepResult
+record_step(void *arg)
+{
+	RecordRequest *r = (RecordRequest *) arg;
+
+	return store_record(r->batch, r->complete) ? STEP_DONE : STEP_DECLINED;
+}
+
 /*
  * Record what finished, per batch in its own short transaction so that one
  * that cannot be recorded (its endpoint was dropped) does not hold up the
@@ -581,95 +670,84 @@ collect(void)
  * at most every RECORD_INTERVAL_MS: that bounds what a crash can repeat to
  * the requests in flight and those answered in the last interval (plus
  * what an asynchronous commit had not flushed).  A finished page also moves
- * its endpoint's position.  After a failed record the endpoint's next read
- * skips events already answered with a 2xx.
+ * its endpoint's position.
+ *
+ * What happens next follows from the step's result:
+ * - done: the deliveries recorded are marked so; a complete batch is freed.
+ * - declined (the endpoint busy): the batch is kept and recorded again
+ *   after RECORD_RETRY_MS.
+ * - failed (an error, the commit's included): nothing was recorded; the
+ *   batch is recorded again later if still in flight, and given up once
+ *   complete, its events read again; either way the endpoint's next read
+ *   skips events already answered with a 2xx.
  */
 static void
 record_round(void)
 {
-	MemoryContext cxt = CurrentMemoryContext;
 	TimestampTz now = GetCurrentTimestamp();
 	dlist_mutable_iter iter;
 
 	dlist_foreach_modify(iter, &active)
 	{
 		Batch	   *b = dlist_container(Batch, node, iter.cur);
-		bool		complete = b->pending == 0;
-		bool		ok = true;
-
-		/* Set inside PG_TRY and read after it: volatile (setjmp). */
-		volatile bool recorded = false;
+		RecordRequest request;
+		StepResult	result;
 		int			ready = 0;
 
+		request.batch = b;
+		request.complete = b->pending == 0;
 		for (int i = 0; i < b->n; i++)
 			if (b->d[i].state == DELIVERY_DONE && !b->d[i].recorded)
 				ready++;
-		if (!complete && ready == 0)
+		if (!request.complete && ready == 0)
 			continue;
 		/* Partial progress, and retries after a refusal, wait a while. */
-		if ((!complete || b->record_failed) &&
+		if ((!request.complete || b->record_failed) &&
 			!TimestampDifferenceExceeds(b->last_flush,
 										now, b->record_failed ? RECORD_RETRY_MS : RECORD_INTERVAL_MS))
 			continue;
 
-		PG_TRY();
-		{
-			bool		stored = false;
-
-			if (begin_tx("outbox: recording outcomes"))
-				stored = store_record(b, complete);
-			end_tx();
-			/* Recorded only once the commit did not throw. */
-			recorded = stored;
-		}
-		PG_CATCH();
-		{
-			recover(cxt);
-			ok = false;
-		}
-		PG_END_TRY();
-
+		result = run_step("outbox: recording outcomes", record_step, &request);
 		b->last_flush = now;
-		b->record_failed = !recorded;
-		if (recorded)
-		{
-			for (int i = 0; i < b->n; i++)
-				if (b->d[i].state == DELIVERY_DONE)
-					b->d[i].recorded = true;
-			/* Disabled now: read nothing more for it until it is resumed. */
-			if (b->disable_reason != NULL)
-				b->ep->active = false;
-			ereport(DEBUG1,
-					(errmsg("outbox recorded %d deliveries to \"%s\"", ready, b->ep->name)));
-		}
-		else if (!ok && b->is_page)
-			b->ep->verify_page = true;
-		else if (!ok)
-			b->ep->verify_due = true;
+		b->record_failed = result != STEP_DONE;
 
-		if (complete && recorded)
-			outbox_count(RELAY_BATCHES, 1);
+		switch (result)
+		{
+			case STEP_DONE:
+				for (int i = 0; i < b->n; i++)
+					if (b->d[i].state == DELIVERY_DONE)
+						b->d[i].recorded = true;
+				/* Disabled now: read nothing more for it until resumed. */
+				if (b->disable_reason != NULL)
+					b->ep->active = false;
+				ereport(DEBUG1,
+						(errmsg("outbox recorded %d deliveries to \"%s\"", ready, b->ep->name)));
+				if (!request.complete)
+					continue;
+				outbox_count(RELAY_BATCHES, 1);
+				if (b->is_page)
+					b->ep->verify_page = false;
+				else
+					b->ep->verify_due = false;
+				break;
+			case STEP_FAILED:
+				if (b->is_page)
+					b->ep->verify_page = true;
+				else
+					b->ep->verify_due = true;
+				if (!request.complete)
+					continue;
+				break;
+			case STEP_DECLINED:
+			case STEP_ABSENT:
+				continue;
+		}
 
 		/*
-		 * A batch is done once complete and recorded.  One whose record
-		 * failed is given up (its events are read again, skipping those
-		 * answered with a 2xx); one whose endpoint was busy is kept.
-		 */
-		if (!complete || (ok && !recorded))
-			continue;
-		if (recorded)
-		{
-			if (b->is_page)
-				b->ep->verify_page = false;
-			else
-				b->ep->verify_due = false;
-		}
-
-		/*
-		 * Read this endpoint again at once after a full page, or when a
-		 * commit woke the relay while the page was in flight (its read was
-		 * skipped then), and after due retries, whose outcomes may have
-		 * unblocked a key.
+		 * The batch is done.  Read this endpoint again at once after a full
+		 * page, or when a commit woke the relay while the page was in
+		 * flight (its read was skipped then), and after due retries, whose
+		 * outcomes may have unblocked a key.
 		 */
 		if (b->is_page && (!b->batch_done || b->ep->woken_busy))
 			b->ep->more_page = true;
@@ -693,9 +771,8 @@ count_since(RelayCounter counter, TimestampTz start)
 }
 
 /*
- * Is a read round worth a transaction now?  Only if some active endpoint
- * has no page in flight (a commit may have left it something), or wants
- * its due retries read again.
+ * Is a read round worth a transaction now?  Only if some endpoint may read
+ * (a commit may have left it something).
  */
 static bool
 worth_reading(void)
@@ -706,12 +783,8 @@ worth_reading(void)
 
 	hash_seq_init(&seq, endpoints);
 	while ((ep = hash_seq_search(&seq)) != NULL)
-	{
-		if (ep->active &&
-			((ep->page == NULL && ep->consecutive_failures < CIRCUIT_FAILURES) ||
-			 (ep->more_due && ep->due == NULL)))
+		if (may_read_page(ep, false) || may_read_due(ep, false))
 			worth = true;
-	}
 	return worth;
 }
 
@@ -733,7 +806,10 @@ note_wake(void)
 			ep->woken_busy = true;
 }
 
-/* Did a recorded batch leave an endpoint something to read at once? */
+/*
+ * Did a recorded batch ask for an endpoint to read again at once, and may
+ * it?  (read_step takes the requests as it reads.)
+ */
 static bool
 want_more(void)
 {
@@ -743,12 +819,22 @@ want_more(void)
 
 	hash_seq_init(&seq, endpoints);
 	while ((ep = hash_seq_search(&seq)) != NULL)
-	{
-		if ((ep->more_page && ep->page == NULL) || (ep->more_due && ep->due == NULL))
+		if ((ep->more_page && may_read_page(ep, false)) ||
+			(ep->more_due && may_read_due(ep, false)))
 			more = true;
-		ep->more_page = false;
-	}
 	return more;
+}
+
+/* The step of rotate_round; as the relay starts, the version check too. */
+static StepResult
+rotate_step(void *arg)
+{
+	bool		starting = *(bool *) arg;
+
+	if (starting && !store_extension_ready())
+		return STEP_ABSENT;
+	store_rotate();
+	return STEP_DONE;
 }
 
 /*
@@ -761,21 +847,7 @@ want_more(void)
 static void
 rotate_round(bool starting)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-
-	PG_TRY();
-	{
-		if (!begin_tx("outbox: rotating") || (starting && !store_extension_ready()))
-			extension_absent = true;
-		else
-			store_rotate();
-		end_tx();
-	}
-	PG_CATCH();
-	{
-		recover(cxt);
-	}
-	PG_END_TRY();
+	(void) run_step("outbox: rotating", rotate_step, &starting);
 }
 
 void

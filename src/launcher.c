@@ -81,13 +81,11 @@ static ProcessUtility_hook_type prev_utility_hook = NULL;
 static bool launch_at_commit = false;
 static bool launch_callback_registered = false;
 
-void
-outbox_launcher_register(void)
+/* The launcher: a static background worker, started by the postmaster. */
+static void
+register_launcher(void)
 {
 	BackgroundWorker worker;
-
-	if (!process_shared_preload_libraries_in_progress)
-		return;
 
 	memset(&worker, 0, sizeof(worker));
 	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
@@ -479,11 +477,17 @@ outbox_process_utility(PlannedStmt *pstmt, const char *queryString,
 								params, queryEnv, dest, qc);
 }
 
+/*
+ * Set relays going: register the launcher, which starts a relay in each
+ * database with outbox, and hook the database commands that must stop a
+ * relay first.  Does nothing unless called from shared_preload_libraries.
+ */
 void
-outbox_launcher_hooks_init(void)
+outbox_relay_register(void)
 {
 	if (!process_shared_preload_libraries_in_progress)
 		return;
+	register_launcher();
 	prev_utility_hook = ProcessUtility_hook;
 	ProcessUtility_hook = outbox_process_utility;
 }

@@ -99,19 +99,20 @@ register_launcher(void)
 	RegisterBackgroundWorker(&worker);
 }
 
-/* Does outbox.database allow a relay in this database? */
+/*
+ * Does outbox.database allow a relay in this database?  It is a list of
+ * names separated by commas, each taken whole (spaces and tabs around it
+ * trimmed, case kept); a list without any name, empty or only separators,
+ * allows every database.
+ */
 static bool
 database_allowed(const char *name)
 {
 	const char *p = outbox_database;
 	size_t		len = strlen(name);
 
-	if (p == NULL)
-		return true;
-	while (*p == ' ' || *p == '\t')
-		p++;
-	if (*p == '\0')
-		return true;			/* empty: every database */
+	if (p == NULL || p[strspn(p, " \t,")] == '\0')
+		return true;			/* no name: every database */
 	while (*p)
 	{
 		const char *start;

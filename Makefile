@@ -25,8 +25,15 @@ DATA = $(wildcard outbox--*.sql)
 PG_CONFIG ?= pg_config
 CURL_CONFIG ?= curl-config
 
-PG_CPPFLAGS = -I$(srcdir)/src $(shell $(CURL_CONFIG) --cflags)
-PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers
+# The version lives in outbox.control alone; the C code gets it from there
+# as OUTBOX_VERSION (the SQL version a relay serves, the User-Agent).
+# Expanded once PGXS has set srcdir.
+OUTBOX_VERSION = $(shell sed -n "s/^default_version *= *'\(.*\)'/\1/p" $(srcdir)/outbox.control)
+
+PG_CPPFLAGS = -I$(srcdir)/src -DOUTBOX_VERSION='"$(OUTBOX_VERSION)"' $(shell $(CURL_CONFIG) --cflags)
+# No -Werror here: a newer compiler's new warning must not break a user's
+# build.  scripts/test.sh (CI) adds it with COPT=-Werror.
+PG_CFLAGS = -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers
 SHLIB_LINK = $(shell $(CURL_CONFIG) --libs)
 
 # pg_regress and pg_isolation_regress each start a private instance with the
@@ -42,8 +49,13 @@ EXTRA_CLEAN = tmp_check_regress tmp_check_iso output_iso
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
-# PGXS does not track headers: rebuild every object when one changes.
-$(OBJS): $(wildcard $(srcdir)/src/*.h)
+ifeq ($(OUTBOX_VERSION),)
+$(error outbox.control has no default_version)
+endif
+
+# PGXS does not track headers: rebuild every object when one changes, or
+# when the version in outbox.control does.
+$(OBJS): $(wildcard $(srcdir)/src/*.h) $(srcdir)/outbox.control
 
 # The TAP tests alone: make tapcheck [PROVE_TESTS=t/001_delivery.pl]
 .PHONY: tapcheck

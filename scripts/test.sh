@@ -58,9 +58,11 @@ as_postgres()
 	(cd "$SCRATCH" && TMPDIR="$SCRATCH/tmp" runuser -u postgres -- "$@")
 }
 
+# Warnings are errors here (CI), not in the Makefile: a user's newer
+# compiler must not fail their build.
 pgmake()
 {
-	as_postgres make -C "$SCRATCH" PG_CONFIG="$PG_CONFIG" "$@"
+	as_postgres make -C "$SCRATCH" PG_CONFIG="$PG_CONFIG" COPT=-Werror "$@"
 }
 
 # Two runs must not install two builds under each other's tests.
@@ -78,7 +80,7 @@ chown -R postgres:postgres "$SCRATCH"
 echo "== building and installing"
 if ! { pgmake clean >/dev/null &&
 	pgmake &&
-	make -C "$SCRATCH" PG_CONFIG="$PG_CONFIG" install; }; then
+	make -C "$SCRATCH" PG_CONFIG="$PG_CONFIG" COPT=-Werror install; }; then
 	echo "test.sh: build or install failed"
 	echo "0 passed, 1 failed"
 	exit 1

@@ -30,7 +30,6 @@
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
 
-#include "emit.h"
 #include "guc.h"
 #include "shmem.h"
 #include "spi_plan.h"

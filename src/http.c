@@ -489,7 +489,7 @@ http_submit(HttpRequest *req)
 	curl_easy_setopt(easy, CURLOPT_POSTFIELDS, req->body);
 	curl_easy_setopt(easy, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t) req->body_len);
 	curl_easy_setopt(easy, CURLOPT_HTTPHEADER, req->headers);
-	curl_easy_setopt(easy, CURLOPT_USERAGENT, "outbox/1.0");
+	curl_easy_setopt(easy, CURLOPT_USERAGENT, "outbox/" OUTBOX_VERSION);
 	curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, req->timeout_ms);
 	curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, Min(req->timeout_ms, 10000L));
 	curl_easy_setopt(easy, CURLOPT_HTTP_VERSION, (long) CURL_HTTP_VERSION_2TLS);

@@ -81,13 +81,11 @@ static ProcessUtility_hook_type prev_utility_hook = NULL;
 static bool launch_at_commit = false;
 static bool launch_callback_registered = false;
 
-void
-outbox_launcher_register(void)
+/* The launcher: a static background worker, started by the postmaster. */
+static void
+register_launcher(void)
 {
 	BackgroundWorker worker;
-
-	if (!process_shared_preload_libraries_in_progress)
-		return;
 
 	memset(&worker, 0, sizeof(worker));
 	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
@@ -101,19 +99,20 @@ outbox_launcher_register(void)
 	RegisterBackgroundWorker(&worker);
 }
 
-/* Does outbox.database allow a relay in this database? */
+/*
+ * Does outbox.database allow a relay in this database?  It is a list of
+ * names separated by commas, each taken whole (spaces and tabs around it
+ * trimmed, case kept); a list without any name, empty or only separators,
+ * allows every database.
+ */
 static bool
 database_allowed(const char *name)
 {
 	const char *p = outbox_database;
 	size_t		len = strlen(name);
 
-	if (p == NULL)
-		return true;
-	while (*p == ' ' || *p == '\t')
-		p++;
-	if (*p == '\0')
-		return true;			/* empty: every database */
+	if (p == NULL || p[strspn(p, " \t,")] == '\0')
+		return true;			/* no name: every database */
 	while (*p)
 	{
 		const char *start;
@@ -479,11 +478,17 @@ outbox_process_utility(PlannedStmt *pstmt, const char *queryString,
 								params, queryEnv, dest, qc);
 }
 
+/*
+ * Set relays going: register the launcher, which starts a relay in each
+ * database with outbox, and hook the database commands that must stop a
+ * relay first.  Does nothing unless called from shared_preload_libraries.
+ */
 void
-outbox_launcher_hooks_init(void)
+outbox_relay_register(void)
 {
 	if (!process_shared_preload_libraries_in_progress)
 		return;
+	register_launcher();
 	prev_utility_hook = ProcessUtility_hook;
 	ProcessUtility_hook = outbox_process_utility;
 }

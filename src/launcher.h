@@ -9,8 +9,7 @@
 #ifndef OUTBOX_LAUNCHER_H
 #define OUTBOX_LAUNCHER_H
 
-extern void outbox_launcher_register(void);
-extern void outbox_launcher_hooks_init(void);
+extern void outbox_relay_register(void);
 extern PGDLLEXPORT void outbox_launcher_main(Datum arg);
 
 #endif							/* OUTBOX_LAUNCHER_H */

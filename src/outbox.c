@@ -5,8 +5,9 @@
  *	  each part's init.
  *
  * Loaded through shared_preload_libraries, the module defines its GUCs,
- * reserves shared memory, registers the launcher (which starts a relay per
- * database with outbox installed) and hooks database commands.  Loaded on
+ * reserves shared memory, and registers the launcher (which starts a relay
+ * per database with outbox installed) with the hook that stops a relay
+ * before DROP DATABASE and its kin (launcher.c).  Loaded on
  * demand (by a plain CREATE EXTENSION or the first call of a function) it
  * only defines the GUCs; functions that need shared memory then say so.
  *
@@ -29,6 +30,5 @@ _PG_init(void)
 {
 	outbox_guc_init();
 	outbox_shmem_init();
-	outbox_launcher_register();
-	outbox_launcher_hooks_init();
+	outbox_relay_register();
 }

@@ -1,8 +1,12 @@
 /*-------------------------------------------------------------------------
  *
  * policy.c
- *	  Status classification, the retry schedule and Retry-After: pure
- *	  functions of their arguments, no I/O and no shared state.
+ *	  Status classification, the retry schedule and Retry-After: functions
+ *	  of their arguments alone, with no I/O and no state (the relay passes
+ *	  in the clock and the jitter).  The one library call is libcurl's HTTP
+ *	  date parser (curl_getdate, for Retry-After), itself a function of the
+ *	  text it is given: this file links with libcurl but uses none of its
+ *	  state.
  *
  * The rules follow the Standard Webhooks spec: 2xx is success; 3xx is a
  * failure (redirects are not followed); 408, 425, 429, 5xx and transport
@@ -46,8 +50,12 @@ policy_classify(long status, bool transport_error, const char *delivery_header)
 
 /*
  * Parse a schedule such as "5s,5min,30min,2h" into delays in seconds.
- * Units: ms, s, min, h, d; a bare number is
- * seconds.  Returns false on any malformed entry.
+ * Each entry is a decimal number (digits, optionally a fraction) and a
+ * unit: ms, s, min, h or d; a bare number is seconds.  Spaces around
+ * numbers, units and commas are ignored.  Returns false for an empty
+ * schedule or entry, anything else that is not such a number and unit
+ * (signs, exponents, hex, "inf", "nan"), more than OUTBOX_MAX_SCHEDULE
+ * entries, or a delay over 30 days.
  */
 bool
 policy_parse_schedule(const char *text, RetrySchedule *schedule)
@@ -55,18 +63,30 @@ policy_parse_schedule(const char *text, RetrySchedule *schedule)
 	const char *p = text;
 
 	schedule->n = 0;
-	while (*p)
+	for (;;)
 	{
+		const char *digits;
 		char	   *end;
 		double		v;
 		double		mult = 1;
 
 		while (isspace((unsigned char) *p))
 			p++;
-		v = strtod(p, &end);
-		if (end == p || v < 0)
+		/* The number: strtod() reads it, once we know it is plain decimal. */
+		digits = p;
+		while (isdigit((unsigned char) *p))
+			p++;
+		if (*p == '.')
+		{
+			p++;
+			while (isdigit((unsigned char) *p))
+				p++;
+		}
+		if (p == digits || (p == digits + 1 && *digits == '.'))
 			return false;
-		p = end;
+		v = strtod(digits, &end);
+		if (end != p)
+			return false;
 		while (isspace((unsigned char) *p))
 			p++;
 		if (strncmp(p, "ms", 2) == 0)
@@ -81,15 +101,15 @@ policy_parse_schedule(const char *text, RetrySchedule *schedule)
 			mult = 86400, p += 1;
 		while (isspace((unsigned char) *p))
 			p++;
-		if (*p == ',')
-			p++;
-		else if (*p != '\0')
-			return false;
 		if (schedule->n >= OUTBOX_MAX_SCHEDULE || v * mult > 30 * 86400)
 			return false;
 		schedule->delay_secs[schedule->n++] = v * mult;
+		if (*p == '\0')
+			return true;
+		if (*p != ',')
+			return false;
+		p++;					/* an entry must follow */
 	}
-	return schedule->n > 0;
 }
 
 /*

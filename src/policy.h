@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * policy.h
- *	  What a response means and when to try again (pure functions).
+ *	  What a response means and when to try again: functions of their
+ *	  arguments alone (see policy.c).
  *
  *-------------------------------------------------------------------------
  */

@@ -97,7 +97,6 @@ typedef struct Batch
 	dlist_node	node;			/* in the relay's list of batches */
 } Batch;
 
-extern void outbox_relay_register(void);
 extern PGDLLEXPORT void outbox_relay_main(Datum arg);
 
 #endif							/* OUTBOX_RELAY_H */

@@ -10,8 +10,13 @@
 
 #include "relay.h"
 
-/* The version of the extension's SQL this library works with. */
-#define OUTBOX_VERSION "1.1"
+/*
+ * OUTBOX_VERSION, the version of the extension's SQL this library works
+ * with, is outbox.control's default_version, passed in by the Makefile.
+ */
+#ifndef OUTBOX_VERSION
+#error "OUTBOX_VERSION is defined by the Makefile, from outbox.control"
+#endif
 
 extern bool store_extension_present(void);
 extern bool store_extension_ready(void);

@@ -4,7 +4,7 @@ use strict;
 use warnings;
 use FindBin;
 use lib $FindBin::Bin;
-use OutboxTest;
+use OutboxTest qw(:all);
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep);
@@ -17,9 +17,7 @@ my $secret = $node->safe_psql('postgres',
 like($secret, qr/^whsec_/, 'endpoint created with a secret');
 
 # Wait until the relay has loaded the endpoint position (first poll).
-$node->poll_query_until('postgres',
-	"SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'outbox relay'")
-  or die 'relay did not start';
+wait_for_relay() or die 'relay did not start';
 
 $node->safe_psql('postgres', q{
 BEGIN;
@@ -42,6 +40,8 @@ my @got = received($log);
 my @bodies = map { $_->{body} } @got;
 is(scalar(grep { /"n": 99/ } @bodies), 0, 'rolled-back event never arrived');
 is(scalar(grep { /user\.created/ } @bodies), 0, 'event of an unsubscribed type not sent');
+is(join(',', map { $_->{headers}{'user-agent'} } @got), join(',', ('outbox/' . outbox_version()) x 3),
+	'the User-Agent names outbox and the version of outbox.control');
 
 # Each request verifies with the endpoint secret.
 for my $r (@got)

@@ -10,7 +10,7 @@ use strict;
 use warnings;
 use FindBin;
 use lib $FindBin::Bin;
-use OutboxTest;
+use OutboxTest qw(:all);
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time sleep);
@@ -18,16 +18,6 @@ use Time::HiRes qw(time sleep);
 # A short schedule keeps the retries of the first part quick.
 my $node = outbox_node('outcomes', conf => "outbox.retry_schedule = '100ms'\n");
 my ($url, $log, $receiver) = start_receiver();
-
-sub sql { return $node->safe_psql('postgres', $_[0]); }
-
-sub lit
-{
-	my ($s) = @_;
-	return 'NULL' unless defined $s;
-	$s =~ s/'/''/g;
-	return "'$s'";
-}
 
 sub urlencode
 {
@@ -72,14 +62,6 @@ sub wait_reqs
 		sub { scalar(grep { $_->{path} eq "/$path" && (!defined $id || $_->{headers}{'webhook-id'} eq $id) } @_) >= $n });
 }
 
-# "attempt:status,..." of an event at an endpoint, from outbox.attempts.
-sub attempts
-{
-	my ($id, $ep) = @_;
-	return sql("SELECT string_agg(attempt || ':' || coalesce(status::text, '-'), ',' ORDER BY at, attempt)
-	              FROM outbox.attempts WHERE event_id = '$id' AND endpoint = '$ep'");
-}
-
 sub status_of
 {
 	my ($ep, $cols) = @_;
@@ -88,9 +70,7 @@ sub status_of
 
 sub statuses { return join(',', map { $_->{status} } @_); }
 
-$node->poll_query_until('postgres',
-	"SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'outbox relay'")
-  or die 'relay did not start';
+wait_for_relay() or die 'relay did not start';
 
 ############################################################################
 # Part 1: outcome classes, all at once.
@@ -326,17 +306,7 @@ is(verify($new, $r, $r->{headers}{'webhook-signature'}), 'f', 'no overlap: not w
 # Part 4: retry timing follows outbox.retry_schedule (with +-20% jitter).
 ############################################################################
 
-# Change a relay setting and wait until the relay has reloaded it.
-sub reload_with
-{
-	my (%set) = @_;
-	my $offset = -s $node->logfile;
-	sql("ALTER SYSTEM SET $_ = " . lit($set{$_})) for sort keys %set;
-	sql('SELECT pg_reload_conf()');
-	$node->wait_for_log(qr/outbox relay reloaded its configuration/, $offset);
-}
-
-reload_with('outbox.retry_schedule' => '1s,2s');
+ok(reload_with('outbox.retry_schedule' => '1s,2s'), 'schedule: the relay reloaded 1s,2s');
 endpoint('timing', 'status=500&fail_first=2');
 my $tid = emit('timing', 1);
 ok(wait_reqs('timing', 3), 'schedule: three attempts');
@@ -352,7 +322,8 @@ cmp_ok($g2, '>=', 1.6 - 0.05, "schedule: second retry after ~2s (${g2}s)");
 # Part 5: outbox.disable_after.
 ############################################################################
 
-reload_with('outbox.retry_schedule' => '300ms', 'outbox.disable_after' => '2s');
+ok(reload_with('outbox.retry_schedule' => '300ms', 'outbox.disable_after' => '2s'),
+	'disable_after: the relay reloaded 2s');
 endpoint('flaky', 'status=500', 'max_attempts => 100');
 my $fid = emit('flaky', 1);
 ok($node->poll_query_until('postgres',
@@ -384,7 +355,7 @@ ok($node->poll_query_until('postgres',
 # hour after the endpoint is resumed, unless resuming makes it due.  The
 # event emitted after the resume shows the relay has been at work; the
 # bounded wait after it is many poll intervals (200ms) long.
-reload_with('outbox.retry_schedule' => '1h');
+ok(reload_with('outbox.retry_schedule' => '1h'), 'resume: the relay reloaded a schedule of 1h');
 endpoint('gone_late', 'status=410');
 my $late1 = emit('gone_late', 1);
 ok($node->poll_query_until('postgres',

@@ -11,7 +11,7 @@ use warnings;
 use FindBin;
 use lib $FindBin::Bin;
 use JSON::PP;
-use OutboxTest;
+use OutboxTest qw(:all);
 use PostgreSQL::Test::Utils;
 use Test::More;
 
@@ -22,8 +22,6 @@ outbox.retry_schedule = '200ms'
 outbox.batch_size = 3
 });
 my ($url, $log, $receiver) = start_receiver();
-
-sub sql { return $node->safe_psql('postgres', $_[0]); }
 
 # Requests on /$path (and, if given, from the endpoint whose x-endpoint
 # header is $from), each with its event's data decoded as {data}.
@@ -43,14 +41,6 @@ sub delivered_ids
 {
 	my %ok = map { $_->{headers}{'webhook-id'} => 1 } grep { $_->{status} == 200 } @_;
 	return scalar(keys %ok);
-}
-
-# "attempt:status,..." of an event at an endpoint.
-sub attempts
-{
-	my ($id, $ep) = @_;
-	return sql("SELECT string_agg(attempt || ':' || status, ',' ORDER BY at, attempt)
-	              FROM outbox.attempts WHERE event_id = '$id' AND endpoint = '$ep'");
 }
 
 # Emit events in one transaction: each [type, key, seq]; returns their ids.
@@ -88,9 +78,7 @@ sub check_one_at_a_time
 	}
 }
 
-$node->poll_query_until('postgres',
-	"SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'outbox relay'")
-  or die 'relay did not start';
+wait_for_relay() or die 'relay did not start';
 
 # ord: ordered; every event's first attempt fails (500), its retry succeeds.
 sql("SELECT outbox.create_endpoint('ord', '$url/ord?status=500&fail_first=1', '{ord}', ordered => true)");

@@ -8,7 +8,7 @@ use warnings;
 use FindBin;
 use lib $FindBin::Bin;
 use JSON::PP;
-use OutboxTest;
+use OutboxTest qw(:all);
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep);
@@ -35,12 +35,6 @@ sub poll_until
 	return 0;
 }
 
-sub relay_pid
-{
-	return $node->safe_psql('postgres',
-		"SELECT pid FROM pg_stat_activity WHERE backend_type = 'outbox relay'");
-}
-
 sub health
 {
 	my ($check, $set) = @_;
@@ -64,9 +58,7 @@ SELECT row_to_json(s) FROM (
 # The relay in pg_stat_activity; health() with nothing wrong.
 ########################################################################
 
-$node->poll_query_until('postgres',
-	"SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'outbox relay'")
-  or die 'relay did not start';
+wait_for_relay() or die 'relay did not start';
 is( $node->safe_psql('postgres',
 		"SELECT application_name || ' ' || datname FROM pg_stat_activity WHERE backend_type = 'outbox relay'"),
 	'outbox relay postgres',
@@ -236,12 +228,7 @@ $node->poll_query_until('postgres',
 # interval only the commit's wake can deliver an event.
 ########################################################################
 
-my $offset = -s $node->logfile;
-$node->safe_psql('postgres', q{
-ALTER SYSTEM SET outbox.poll_interval = '1h';
-SELECT pg_reload_conf();});
-$offset = $node->wait_for_log(qr/outbox relay reloaded its configuration/, $offset);
-ok(1, 'relay logged the reload of poll_interval');
+ok(reload_with('outbox.poll_interval' => '1h'), 'relay logged the reload of poll_interval');
 is($node->safe_psql('postgres', 'SHOW outbox.poll_interval'), '1h', 'poll_interval is an hour');
 
 # The first event proves the relay is past whatever the reload woke it for;
@@ -256,21 +243,14 @@ ok(wait_received($log, got_all('/late', $w2)), 'with an hour between polls, the 
 
 # One request in flight at a time: each finished request must make room for
 # the next without waiting for the (hour-long) poll timer.
-$node->safe_psql('postgres', q{
-ALTER SYSTEM SET outbox.max_concurrency = 1;
-SELECT pg_reload_conf();});
-$offset = $node->wait_for_log(qr/outbox relay reloaded its configuration/, $offset);
-ok(1, 'relay logged the reload of max_concurrency');
+ok(reload_with('outbox.max_concurrency' => 1), 'relay logged the reload of max_concurrency');
 my @burst = split /\n/, $node->safe_psql('postgres',
 	q{SELECT outbox.emit('late.burst', jsonb_build_object('i', i)) FROM generate_series(1, 10) i});
 ok(wait_received($log, got_all('/late', @burst)), 'a burst of 10 arrives with max_concurrency = 1');
 
-$node->safe_psql('postgres', q{
-ALTER SYSTEM RESET outbox.poll_interval;
-ALTER SYSTEM RESET outbox.max_concurrency;
-SELECT pg_reload_conf();});
-$offset = $node->wait_for_log(qr/outbox relay reloaded its configuration/, $offset);
-ok(1, 'relay logged the reload back to the defaults');
+ok(reload_with('outbox.poll_interval' => undef, 'outbox.max_concurrency' => undef),
+	'relay logged the reload back to the defaults');
+is($node->safe_psql('postgres', 'SHOW outbox.max_concurrency'), '64', 'max_concurrency is back to 64');
 
 ########################################################################
 # A refused connection, an unresolvable host and a receiver slower than the
@@ -494,8 +474,8 @@ $node->safe_psql('postgres', 'DROP FUNCTION emit_bulk(int); DROP EXTENSION outbo
 ok( $node->poll_query_until('postgres', q{
 SELECT count(*) = 0 FROM pg_stat_activity WHERE backend_type = 'outbox relay'}),
 	'relay leaves once the extension is dropped');
-$node->wait_for_log(qr/outbox relay leaves database "postgres": outbox is not installed there/,
-	$log_before_drop);
+ok(log_wait(qr/outbox relay leaves database "postgres": outbox is not installed there/, $log_before_drop),
+	'the relay logged why it left');
 # Nothing starts it again: the launcher waits for a CREATE EXTENSION.  Five
 # poll intervals and more than the launcher's restart delay pass.
 my $t0 = $node->safe_psql('postgres', 'SELECT clock_timestamp()');

@@ -5,7 +5,7 @@ use strict;
 use warnings;
 use FindBin;
 use lib $FindBin::Bin;
-use OutboxTest;
+use OutboxTest qw(:all);
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -19,9 +19,7 @@ $primary->safe_psql('postgres', qq{
 SELECT outbox.create_endpoint('live', '$url/live', '{live.*}');
 SELECT outbox.create_endpoint('held', '$url/held', '{held.*}');
 SELECT outbox.pause_endpoint('held');});
-$primary->poll_query_until('postgres',
-	"SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'outbox relay'")
-  or die 'relay did not start on the primary';
+wait_for_relay($primary) or die 'relay did not start on the primary';
 
 $primary->backup('backup');
 my $standby = PostgreSQL::Test::Cluster->new('standby');
@@ -65,7 +63,8 @@ $standby->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
 ok( $standby->poll_query_until('postgres',
 		"SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'outbox relay'"),
 	'a relay runs on the promoted standby');
-$standby->wait_for_log(qr/outbox relay started for database "postgres"/, $offset);
+ok(log_wait($standby, qr/outbox relay started for database "postgres"/, $offset),
+	'the relay on the promoted standby logged its start');
 
 $standby->safe_psql('postgres', "SELECT outbox.resume_endpoint('held')");
 ok(wait_received($log, got_all('/held', @held)),

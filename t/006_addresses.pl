@@ -6,7 +6,7 @@ use strict;
 use warnings;
 use FindBin;
 use lib $FindBin::Bin;
-use OutboxTest;
+use OutboxTest qw(:all);
 use PostgreSQL::Test::Utils;
 use Test::More;
 
@@ -55,11 +55,7 @@ is(scalar(received($log)), 0, 'the receiver on 127.0.0.1 got nothing');
 
 # Allowing 127.0.0.1 lets exactly the targets that resolve to it through:
 # localhost (whose ::1 answer stays refused), and the IPv4-mapped form.
-$node->append_conf('postgresql.conf', "outbox.allowed_networks = '127.0.0.1/32'\n");
-$node->reload;
-$node->poll_query_until('postgres', "SELECT current_setting('outbox.allowed_networks') = '127.0.0.1/32'");
-# Wait for the relay to reload too: its log line says so.
-$node->wait_for_log(qr/outbox relay reloaded its configuration/);
+ok(reload_with('outbox.allowed_networks' => '127.0.0.1/32'), 'the relay reloaded allowed_networks');
 $node->safe_psql('postgres', "SELECT outbox.resume_endpoint(name) FROM outbox.endpoints");
 $node->safe_psql('postgres',
 	"UPDATE outbox.retries SET next_at = now()");

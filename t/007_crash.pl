@@ -21,7 +21,7 @@ use FindBin;
 use lib $FindBin::Bin;
 use IPC::Run;
 use JSON::PP;
-use OutboxTest;
+use OutboxTest qw(:all);
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep time);
@@ -80,15 +80,7 @@ my %subscribed = ('/all' => sub { 1 }, '/ord' => sub { $_[0] =~ /^order\./ });
 my $tmp = PostgreSQL::Test::Utils::tempdir();
 my $json = JSON::PP->new->canonical;
 
-sub relay_pid
-{
-	return $node->safe_psql('postgres',
-		"SELECT pid FROM pg_stat_activity WHERE backend_type = 'outbox relay'");
-}
-
-$node->poll_query_until('postgres',
-	"SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'outbox relay'")
-  or die 'relay did not start';
+wait_for_relay() or die 'relay did not start';
 
 # Unix time of a server log line ('%m' prefix, log_timezone UTC).
 sub log_time
@@ -267,7 +259,8 @@ SELECT pid FROM pg_stat_activity
 	# Restarted: the relay runs again, and the crash was the kind intended.
 	if ($kind ne 'immediate')
 	{
-		$node->wait_for_log(qr/all server processes terminated; reinitializing/, $log_offset);
+		ok(log_wait(qr/all server processes terminated; reinitializing/, $log_offset),
+			"round $round: the postmaster restarted the server processes");
 	}
 	$node->poll_query_until('postgres', qq{
 SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'outbox relay' AND pid <> $old_relay})

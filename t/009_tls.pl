@@ -7,7 +7,7 @@ use strict;
 use warnings;
 use FindBin;
 use lib $FindBin::Bin;
-use OutboxTest;
+use OutboxTest qw(:all);
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep);
@@ -58,10 +58,7 @@ my ($url, $log, $rx) = start_tls_receiver('server');
 my ($other_url, $other_log, $other_rx) = start_tls_receiver('other');
 
 my $node = outbox_node('tls', conf => "outbox.retry_schedule = '500ms'\n");
-sub sql { return $node->safe_psql('postgres', $_[0]); }
-$node->poll_query_until('postgres',
-	"SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'outbox relay'")
-  or die 'relay did not start';
+wait_for_relay() or die 'relay did not start';
 is(sql('SHOW outbox.ca_file'), '', 'outbox.ca_file is empty: the system store is used');
 
 # Many attempts: the event must survive until the CA is configured.
@@ -80,11 +77,8 @@ is(scalar(received($log)), 0, 'untrusted: the receiver got no request');
 is(sql("SELECT count(*) FROM outbox.dead_letters"), '0', 'no dead letter yet');
 
 # Trust the CA.
-my $offset = -s $node->logfile;
-sql("ALTER SYSTEM SET outbox.ca_file = '$dir/ca.crt'");
-sql('SELECT pg_reload_conf()');
-$node->wait_for_log(qr/outbox relay reloaded its configuration/, $offset);
-ok(1, 'the relay reloaded its configuration');
+ok(reload_with('outbox.ca_file' => "$dir/ca.crt"), 'the relay reloaded its configuration');
+is(sql('SHOW outbox.ca_file'), "$dir/ca.crt", 'outbox.ca_file names the CA');
 
 ok(wait_received($log, sub { grep { $_->{headers}{'webhook-id'} eq $id } @_ }),
 	'with outbox.ca_file, the retried event is delivered over https');

@@ -16,7 +16,7 @@ use warnings;
 use FindBin;
 use lib $FindBin::Bin;
 use JSON::PP;
-use OutboxTest;
+use OutboxTest qw(:all);
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time usleep);
@@ -35,12 +35,6 @@ sub relay_dbs
 {
 	return $node->safe_psql('postgres',
 		q{SELECT coalesce(string_agg(database, ' ' ORDER BY database), '') FROM outbox.relay_stats});
-}
-
-sub relay_pid
-{
-	my ($db) = @_;
-	return $node->safe_psql('postgres', "SELECT pid FROM outbox.relay_stats WHERE database = '$db'");
 }
 
 # Emit $n events of $type in $db; each payload names the database it
@@ -97,8 +91,8 @@ my $offset = -s $node->logfile;
 $node->safe_psql('postgres', 'CREATE DATABASE db1');
 # A reload wakes the launcher, which reads pg_database at once.
 $node->safe_psql('postgres', 'SELECT pg_reload_conf()');
-$node->wait_for_log(qr/DEBUG:  unregistering background worker "outbox relay for db1"/, $offset);
-ok(1, 'db1 without outbox: its relay started and left at once');
+ok(log_wait(qr/DEBUG:  unregistering background worker "outbox relay for db1"/, $offset),
+	'db1 without outbox: its relay started and left at once');
 is(scalar(log_lines(qr/outbox relay started for database "db1"/, $offset)), 0,
 	'... without logging a start');
 
@@ -112,8 +106,7 @@ ok(wait_received($log, got_all('/db1', @db1)), 'db1: events delivered after CREA
 my $took = time() - $t0;
 note sprintf('CREATE EXTENSION to delivery in db1: %.2f s', $took);
 cmp_ok($took, '<', 5, 'db1 delivery started within seconds of CREATE EXTENSION');
-$node->wait_for_log(qr/LOG:  outbox relay started for database "db1"/, $offset);
-ok(1, 'relay for db1 logged its start');
+ok(log_wait(qr/LOG:  outbox relay started for database "db1"/, $offset), 'relay for db1 logged its start');
 is($node->safe_psql('postgres', 'SELECT pg_postmaster_start_time()'),
 	$postmaster_started, 'no server restart');
 
@@ -156,6 +149,7 @@ SELECT string_agg(format('%s:%s', s.database, s.deliveries), ' ' ORDER BY s.data
 # databases with outbox for the database commands below.
 ########################################################################
 
+my $version = outbox_version();
 $offset = -s $node->logfile;
 $node->safe_psql('postgres', 'CREATE DATABASE v10');
 $node->safe_psql('v10', qq{
@@ -172,10 +166,10 @@ for my $db (sort keys %ep_of)
 CREATE EXTENSION outbox;
 SELECT outbox.create_endpoint('$ep_of{$db}', '$url/$ep_of{$db}', '{$ep_of{$db}.*}');});
 }
-$node->wait_for_log(
-	qr/WARNING:  outbox relay does not serve database "v10": its outbox is version 1\.0, this library serves 1\.1/,
-	$offset);
-ok(1, 'v10: the relay warned that its outbox is version 1.0');
+ok( log_wait(
+		qr/WARNING:  outbox relay does not serve database "v10": its outbox is version 1\.0, this library serves \Q$version\E\n/,
+		$offset),
+	'v10: the relay warned that its outbox is version 1.0');
 my %first;
 for my $db (sort keys %ep_of)
 {
@@ -186,7 +180,7 @@ for my $db (sort keys %ep_of)
 ok( $node->poll_query_until('postgres', q{
 SELECT string_agg(database, ' ' ORDER BY database) = 'db1 dropme failed limited movedb postgres renme tmpl'
   FROM outbox.relay_stats}),
-	'relay_stats: a relay in each database with outbox 1.1, none in v10');
+	"relay_stats: a relay in each database with outbox $version, none in v10");
 
 ########################################################################
 # From here until CREATE EXTENSION commits again nothing asks the launcher
@@ -203,8 +197,8 @@ my @pg_down = emit_in('postgres', 'db.event', 2);
 $offset = -s $node->logfile;
 my $db1_pid = relay_pid('db1');
 $node->safe_psql('db1', 'DROP EXTENSION outbox');
-$node->wait_for_log(qr/LOG:  outbox relay leaves database "db1": outbox is not installed there/, $offset);
-ok(1, 'db1: the relay left after DROP EXTENSION');
+ok(log_wait(qr/LOG:  outbox relay leaves database "db1": outbox is not installed there/, $offset),
+	'db1: the relay left after DROP EXTENSION');
 my $t_left = time();
 my $after_leave = -s $node->logfile;
 $node->poll_query_until('postgres', "SELECT count(*) = 0 FROM pg_stat_activity WHERE pid = $db1_pid")
@@ -355,17 +349,16 @@ $offset = -s $node->logfile;
 $node->safe_psql('db1', qq{
 CREATE EXTENSION outbox;
 SELECT outbox.create_endpoint('db1', '$url/db1-again', '{db.*}');});
-$node->wait_for_log(qr/LOG:  outbox relay started for database "db1"/, $offset);
-ok(1, 'db1: CREATE EXTENSION again started a relay');
+ok(log_wait(qr/LOG:  outbox relay started for database "db1"/, $offset), 'db1: CREATE EXTENSION again started a relay');
 my @db1_again = emit_in('db1', 'db.event', 2);
 ok(wait_received($log, got_all('/db1-again', @db1_again)), 'db1: delivery again');
 
 my $t_update = time();
 $node->safe_psql('v10', 'ALTER EXTENSION outbox UPDATE');
 is($node->safe_psql('v10', "SELECT extversion FROM pg_extension WHERE extname = 'outbox'"),
-	'1.1', 'v10 updated to 1.1');
-$node->wait_for_log(qr/LOG:  outbox relay started for database "v10"/, $offset);
-ok(1, 'v10: a relay started after ALTER EXTENSION UPDATE');
+	$version, "v10 updated to $version");
+ok(log_wait(qr/LOG:  outbox relay started for database "v10"/, $offset),
+	'v10: a relay started after ALTER EXTENSION UPDATE');
 ok(wait_received($log, got_all('/v10', @v10)), 'v10: events emitted under 1.0 delivered after the update');
 cmp_ok((sort { $a <=> $b } map { $_->[1] } got_at('/v10'))[0], '>=', $t_update,
 	'... and not before it');
@@ -421,10 +414,10 @@ $small->poll_query_until('postgres', q{SELECT count(*) = 1 FROM outbox.relay_sta
 $offset = -s $small->logfile;
 $small->safe_psql('postgres', 'CREATE DATABASE other');
 $small->safe_psql('other', 'CREATE EXTENSION outbox');
-$small->wait_for_log(
-	qr/WARNING:  outbox: no relay for database "other": all 1 relays \(outbox\.max_relays\) are running/,
-	$offset);
-ok(1, 'max_relays = 1: the launcher warned that database other gets no relay');
+ok( log_wait($small,
+		qr/WARNING:  outbox: no relay for database "other": all 1 relays \(outbox\.max_relays\) are running/,
+		$offset),
+	'max_relays = 1: the launcher warned that database other gets no relay');
 is( $small->safe_psql('postgres', q{SELECT string_agg(database, ' ') FROM outbox.relay_stats}),
 	'postgres', 'only the relay of postgres runs');
 like( $small->safe_psql('other',

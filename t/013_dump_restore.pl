@@ -15,7 +15,7 @@ use strict;
 use warnings;
 use FindBin;
 use lib $FindBin::Bin;
-use OutboxTest;
+use OutboxTest qw(:all);
 use PostgreSQL::Test::Utils;
 use Test::More;
 
@@ -29,13 +29,6 @@ outbox.batch_size = 2
 };
 my $src = outbox_node('src', conf => $conf);
 my ($url, $log, $receiver) = start_receiver();
-
-sub lit
-{
-	my ($s) = @_;
-	$s =~ s/'/''/g;
-	return "'$s'";
-}
 
 # Use up n transaction ids.
 sub burn_xids
@@ -87,9 +80,7 @@ SELECT string_agg(format('%s %s %s %s', id, event_id, event_type, payload), E'\n
 	return \%s;
 }
 
-$src->poll_query_until('postgres',
-	"SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'outbox relay'")
-  or die 'relay did not start';
+wait_for_relay($src) or die 'relay did not start';
 
 # The source's transaction ids start well above a fresh cluster's.
 burn_xids($src, 3000);
@@ -196,8 +187,8 @@ SELECT outbox.mark_processed('billing', 'm-1'), outbox.mark_processed('billing',
 	is($here ne $src_sysid ? 1 : 0, $other_cluster, "$label: system identifier of the target");
 	if ($other_cluster)
 	{
-		$node->wait_for_log(qr/outbox: positions were written by another cluster/, $log_offset);
-		ok(1, "$label: the restore logged the rebase");
+		ok(log_wait($node, qr/outbox: positions were written by another cluster/, $log_offset),
+			"$label: the restore logged the rebase");
 	}
 	else
 	{

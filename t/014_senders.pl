@@ -8,7 +8,7 @@ use warnings;
 use FindBin;
 use lib $FindBin::Bin;
 use JSON::PP;
-use OutboxTest;
+use OutboxTest qw(:all);
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep);
@@ -19,8 +19,6 @@ outbox.retry_schedule = '300ms'
 outbox.batch_size = 50
 });
 my ($url, $log, $receiver) = start_receiver();
-
-sub sql { return $node->safe_psql('postgres', $_[0]); }
 
 sub sender_pids
 {
@@ -122,12 +120,11 @@ $node->poll_query_until('postgres', q{SELECT count(*) > 0 FROM pg_stat_activity
   or die;
 usleep(300_000);
 sql(q{SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE backend_type = 'outbox sender'});
-ok($node->wait_for_log(qr/outbox sender \d for database "postgres" exited/, $offset),
+ok(log_wait(qr/outbox sender \d for database "postgres" exited/, $offset),
 	'the relay noticed its senders exit');
-$node->poll_query_until('postgres', q{
-	SELECT count(DISTINCT event_id) = 6 FROM outbox.attempts WHERE endpoint = 'slow' AND status = 200})
-  or die 'events of the exited senders were not delivered';
-ok(1, 'every event in flight at an exited sender was delivered after all');
+ok( $node->poll_query_until('postgres', q{
+	SELECT count(DISTINCT event_id) = 6 FROM outbox.attempts WHERE endpoint = 'slow' AND status = 200}),
+	'every event in flight at an exited sender was delivered after all');
 # With nothing else in flight, four of the six went to the senders (ties
 # go to a sender), each answered only after a second.
 is(sql(q{SELECT string_agg(DISTINCT error, ',') FROM outbox.attempts
@@ -147,27 +144,24 @@ my @stopped = split /,/, sender_pids();
 kill 'STOP', @stopped;
 sql("SELECT outbox.create_endpoint('stall', '$url/stall', '{st.*}', timeout => '1 second')");
 sql(q{SELECT outbox.emit('st.e', jsonb_build_object('n', g)) FROM generate_series(1, 4) g});
-ok($node->wait_for_log(qr/outbox sender \d for database "postgres" answered nothing long past a request's timeout/,
+ok(log_wait(qr/outbox sender \d for database "postgres" answered nothing long past a request's timeout/,
 		$offset), 'a stuck sender is given up on');
-$node->poll_query_until('postgres', q{
-	SELECT count(DISTINCT event_id) = 4 FROM outbox.attempts WHERE endpoint = 'stall' AND status = 200})
-  or die 'events of the stuck sender were not delivered';
-ok(1, 'its events were delivered after all');
+ok( $node->poll_query_until('postgres', q{
+	SELECT count(DISTINCT event_id) = 4 FROM outbox.attempts WHERE endpoint = 'stall' AND status = 200}),
+	'its events were delivered after all');
 kill 'CONT', @stopped;
-$node->poll_query_until('postgres', qq{
+ok( $node->poll_query_until('postgres', qq{
 	SELECT count(*) = 2 FROM pg_stat_activity
-	 WHERE backend_type = 'outbox sender' AND NOT pid = ANY ('{@{[ join(',', @stopped) ]}}'::int[])})
-  or die 'stuck senders were not replaced';
-ok(1, 'the stuck senders were stopped and replaced');
+	 WHERE backend_type = 'outbox sender' AND NOT pid = ANY ('{@{[ join(',', @stopped) ]}}'::int[])}),
+	'the stuck senders were stopped and replaced');
 
 # Senders leave with their relay, and the next relay starts its own.
 $old = sender_pids();
 sql(q{SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE backend_type = 'outbox relay'});
-$node->poll_query_until('postgres', qq{
+ok( $node->poll_query_until('postgres', qq{
 	SELECT count(*) = 0 FROM pg_stat_activity
-	 WHERE backend_type = 'outbox sender' AND pid = ANY ('{$old}'::int[])})
-  or die 'senders outlived their relay';
-ok(1, 'senders left with their relay');
+	 WHERE backend_type = 'outbox sender' AND pid = ANY ('{$old}'::int[])}),
+	'senders left with their relay');
 $node->poll_query_until('postgres',
 	"SELECT count(*) = 2 FROM pg_stat_activity WHERE backend_type = 'outbox sender'")
   or die 'the next relay started no senders';
@@ -180,7 +174,7 @@ $node->stop;
 $node->append_conf('postgresql.conf', "max_worker_processes = 3\n");
 $offset = -s $node->logfile;
 $node->start;
-ok($node->wait_for_log(qr/outbox could not start sender 1 for database "postgres"/, $offset),
+ok(log_wait(qr/outbox could not start sender 1 for database "postgres"/, $offset),
 	'a sender without a worker slot is reported');
 sql(q{SELECT outbox.emit('t.e', '{"alone": true}')});
 ok(wait_received($log, sub { grep { $_->{body} =~ /"alone"/ } @_ }), 'the relay sends by itself');

@@ -1,5 +1,11 @@
 # t/OutboxTest.pm: helpers shared by the TAP tests: a node with the library
-# preloaded, the test receiver, and reading what it received.
+# preloaded, the test receiver, and reading what it received (exported by
+# default); running SQL, quoting, finding the relay, changing settings and
+# waiting for the server log (exported with ':all').
+#
+# t/008_hostile.pl (sql, lit, relay_pid) and t/012_retention.pl (sql, on
+# a session of its own) still define their own and import only the default
+# set.
 package OutboxTest;
 
 use strict;
@@ -9,11 +15,18 @@ use File::Basename qw(dirname);
 use JSON::PP;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
+use Scalar::Util qw(blessed);
 use Time::HiRes qw(usleep);
 
 our @EXPORT = qw(outbox_node start_receiver received wait_received ids_at got_all);
+our @EXPORT_OK = qw(sql lit relay_pid wait_for_relay attempts reload_with log_wait outbox_version);
+our %EXPORT_TAGS = (all => [ @EXPORT, @EXPORT_OK ]);
 
-# Receivers started by this test, stopped however the test ends.
+# The node outbox_node() made last: what sql() and its kin use by default.
+my $last_node;
+
+# Receivers started by this test, stopped however the test ends.  (Keep
+# the test's exit status: reaping a receiver sets $?.)
 my @receivers;
 END
 {
@@ -36,7 +49,118 @@ outbox.allowed_networks = '127.0.0.1/32'
 } . ($opts{conf} // ''));
 	$node->start;
 	$node->safe_psql('postgres', 'CREATE EXTENSION outbox');
+	$last_node = $node;
 	return $node;
+}
+
+# The helpers below take a node as an optional first argument; without
+# one they use the node outbox_node() made last.
+sub _node
+{
+	my ($args) = @_;
+	return shift(@$args)
+	  if @$args && blessed($args->[0]) && $args->[0]->isa('PostgreSQL::Test::Cluster');
+	die 'no node: call outbox_node() first' unless $last_node;
+	return $last_node;
+}
+
+# sql([$node,] $query [, $db]): the output of $query in database $db
+# (postgres), dying on error.
+sub sql
+{
+	my $node = _node(\@_);
+	my ($query, $db) = @_;
+	return $node->safe_psql($db // 'postgres', $query);
+}
+
+# A string as an SQL literal; NULL for undef.
+sub lit
+{
+	my ($s) = @_;
+	return 'NULL' unless defined $s;
+	$s =~ s/'/''/g;
+	return "'$s'";
+}
+
+# relay_pid([$node,] [$db]): the pid of the relay connected to database $db
+# (postgres), or '' when none is.
+sub relay_pid
+{
+	my $node = _node(\@_);
+	my ($db) = @_;
+	return $node->safe_psql('postgres',
+		"SELECT pid FROM pg_stat_activity WHERE backend_type = 'outbox relay' AND datname = "
+		  . lit($db // 'postgres'));
+}
+
+# wait_for_relay([$node,] [$db]): true once a relay serves database $db
+# (postgres), false if none does within the TAP timeout.
+sub wait_for_relay
+{
+	my $node = _node(\@_);
+	my ($db) = @_;
+	return $node->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'outbox relay' AND datname = "
+		  . lit($db // 'postgres'));
+}
+
+# attempts([$node,] $event_id, $endpoint): "attempt:status,..." of an event
+# at an endpoint from outbox.attempts, in the order made ("-" for no
+# status).
+sub attempts
+{
+	my $node = _node(\@_);
+	my ($id, $ep) = @_;
+	return $node->safe_psql('postgres', qq{
+SELECT string_agg(attempt || ':' || coalesce(status::text, '-'), ',' ORDER BY at, attempt)
+  FROM outbox.attempts WHERE event_id = } . lit($id) . ' AND endpoint = ' . lit($ep));
+}
+
+# log_wait([$node,] $regexp [, $offset]): wait for $regexp in the server
+# log from $offset on.  The log's size once it matched (an offset for the
+# next wait), or undef after the TAP timeout: unlike wait_for_log(), a
+# failed wait is for the caller to assert, not a die.
+sub log_wait
+{
+	my $node = _node(\@_);
+	my ($re, $offset) = @_;
+	$offset //= 0;
+	my $deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
+	while (time() < $deadline)
+	{
+		my $text = PostgreSQL::Test::Utils::slurp_file($node->logfile, $offset);
+		return $offset + length($text) if $text =~ $re;
+		usleep(100_000);
+	}
+	return undef;
+}
+
+# reload_with([$node,] name => value, ...): ALTER SYSTEM SET each setting
+# (RESET for undef), reload, and wait until a relay has logged that it
+# reloaded.  True once one has.
+sub reload_with
+{
+	my $node = _node(\@_);
+	my (%set) = @_;
+	my $offset = -s $node->logfile;
+	for my $name (sort keys %set)
+	{
+		$node->safe_psql('postgres',
+			defined $set{$name}
+			? "ALTER SYSTEM SET $name = " . lit($set{$name})
+			: "ALTER SYSTEM RESET $name");
+	}
+	$node->safe_psql('postgres', 'SELECT pg_reload_conf()');
+	return defined log_wait($node, qr/outbox relay reloaded its configuration/, $offset);
+}
+
+# The version of the extension's SQL this tree builds: outbox.control's
+# default_version, which the library serves.
+sub outbox_version
+{
+	my $control = PostgreSQL::Test::Utils::slurp_file(dirname(__FILE__) . '/../outbox.control');
+	$control =~ /^default_version\s*=\s*'([^']+)'/m or die 'no default_version in outbox.control';
+	return $1;
 }
 
 # Start t/webhook_receiver.py; returns (base URL, log path, harness).

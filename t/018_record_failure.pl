@@ -8,14 +8,13 @@ use strict;
 use warnings;
 use FindBin;
 use lib $FindBin::Bin;
-use OutboxTest;
+use OutboxTest qw(:all);
 use PostgreSQL::Test::Utils;
 use Test::More;
 
 my $node = outbox_node('record_failure', conf => "outbox.retry_schedule = '200ms'\n");
 my ($url, $log, $receiver) = start_receiver();
 
-sub sql { return $node->safe_psql('postgres', $_[0]); }
 
 # The first commit that writes a retry fails at commit time; later ones
 # pass (a sequence, since the failed transaction's own writes roll back).

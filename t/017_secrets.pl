@@ -7,14 +7,13 @@ use strict;
 use warnings;
 use FindBin;
 use lib $FindBin::Bin;
-use OutboxTest;
+use OutboxTest qw(:all);
 use PostgreSQL::Test::Utils;
 use Test::More;
 
 my $node = outbox_node('secrets', conf => "outbox.retry_schedule = '1h'\n");
 my ($url, $log, $receiver) = start_receiver();
 
-sub sql { return $node->safe_psql('postgres', $_[0]); }
 
 # An application role that may emit and nothing more.
 sql(q{

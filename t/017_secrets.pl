@@ -14,7 +14,6 @@ use Test::More;
 my $node = outbox_node('secrets', conf => "outbox.retry_schedule = '1h'\n");
 my ($url, $log, $receiver) = start_receiver();
 
-
 # An application role that may emit and nothing more.
 sql(q{
 CREATE ROLE app LOGIN;

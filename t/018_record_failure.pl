@@ -15,7 +15,6 @@ use Test::More;
 my $node = outbox_node('record_failure', conf => "outbox.retry_schedule = '200ms'\n");
 my ($url, $log, $receiver) = start_receiver();
 
-
 # The first commit that writes a retry fails at commit time; later ones
 # pass (a sequence, since the failed transaction's own writes roll back).
 sql(q{

@@ -6,8 +6,9 @@
  *	  reserved ranges are refused unless outbox.allowed_networks names them.
  *	  IPv4-mapped and IPv4-compatible IPv6 addresses are judged by the IPv4
  *	  address inside.  IPv6 addresses that carry an IPv4 address to a
- *	  translator or tunnel (NAT64's 64:ff9b::/96, 6to4's 2002::/16,
- *	  Teredo's 2001::/32) are refused when the IPv4 address inside would be,
+ *	  translator or tunnel (NAT64's 64:ff9b::/96, IPv4-translated
+ *	  ::ffff:0:0/96, 6to4's 2002::/16, Teredo's 2001::/32) are refused when
+ *	  the IPv4 address inside would be,
  *	  unless outbox.allowed_networks names the IPv6 address itself: what the
  *	  gateway reaches is not for this server to allow by its IPv4 rules.
  *	  No state but one static buffer for messages.  http.c applies the
@@ -41,8 +42,11 @@ static const Range refused[] = {
 	{AF_INET, "169.254.0.0", 16, "a link-local address (cloud metadata lives here)"},
 	{AF_INET, "172.16.0.0", 12, "a private address"},
 	{AF_INET, "192.0.0.0", 24, "an IETF protocol address"},
+	{AF_INET, "192.0.2.0", 24, "a documentation address"},
 	{AF_INET, "192.168.0.0", 16, "a private address"},
 	{AF_INET, "198.18.0.0", 15, "a benchmarking address"},
+	{AF_INET, "198.51.100.0", 24, "a documentation address"},
+	{AF_INET, "203.0.113.0", 24, "a documentation address"},
 	{AF_INET, "224.0.0.0", 4, "a multicast address"},
 	{AF_INET, "240.0.0.0", 4, "a reserved address"},
 	{AF_INET6, "::", 128, "an unspecified address"},
@@ -50,6 +54,7 @@ static const Range refused[] = {
 	{AF_INET6, "64:ff9b:1::", 48, "a local-use NAT64 address"},
 	{AF_INET6, "100::", 64, "a discard-only address"},
 	{AF_INET6, "2001:db8::", 32, "a documentation address"},
+	{AF_INET6, "3fff::", 20, "a documentation address"},
 	{AF_INET6, "fc00::", 7, "a private (unique local) address"},
 	{AF_INET6, "fe80::", 10, "a link-local address"},
 	{AF_INET6, "fec0::", 10, "a site-local address"},
@@ -160,29 +165,30 @@ range_refusal(int family, const uint8 *addr)
 
 /*
  * The IPv4 addresses an IPv6 address carries to a translator or tunnel:
- * how many (0 to 2) into v4, with the kind of address in *kind.
+ * how many (0 to 2) into v4, with the kind of address ("a NAT64") in *kind.
  */
 static int
 embedded_ipv4(const uint8 *a6, uint8 v4[2][4], const char **kind)
 {
 	static const uint8 nat64[12] = {0, 0x64, 0xff, 0x9b, 0, 0, 0, 0, 0, 0, 0, 0};
+	static const uint8 translated[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0, 0};
 
-	if (memcmp(a6, nat64, 12) == 0)
+	if (memcmp(a6, nat64, 12) == 0 || memcmp(a6, translated, 12) == 0)
 	{
-		*kind = "NAT64";
+		*kind = a6[1] == 0x64 ? "a NAT64" : "an IPv4-translated";
 		memcpy(v4[0], a6 + 12, 4);
 		return 1;
 	}
 	if (a6[0] == 0x20 && a6[1] == 0x02)
 	{
-		*kind = "6to4";
+		*kind = "a 6to4";
 		memcpy(v4[0], a6 + 2, 4);
 		return 1;
 	}
 	if (a6[0] == 0x20 && a6[1] == 0x01 && a6[2] == 0 && a6[3] == 0)
 	{
 		/* Teredo: the server, then the client's address inverted */
-		*kind = "Teredo";
+		*kind = "a Teredo";
 		memcpy(v4[0], a6 + 4, 4);
 		for (int i = 0; i < 4; i++)
 			v4[1][i] = (uint8) ~a6[12 + i];
@@ -244,7 +250,8 @@ address_refusal(const struct sockaddr *sa, const NetworkList *allowed)
 		for (int i = 0; i < n; i++)
 			if ((why = range_refusal(AF_INET, v4[i])) != NULL)
 			{
-				snprintf(why_inside, sizeof(why_inside), "a %s address carrying %s", kind, why);
+				snprintf(why_inside, sizeof(why_inside),
+						 "%s address carrying %s", kind, why);
 				return why_inside;
 			}
 	}

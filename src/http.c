@@ -31,9 +31,11 @@
 PG_FUNCTION_INFO_V1(outbox_check_url);
 
 /*
- * The URL as messages may show it: credentials before an "@" in the
- * authority are replaced by "***", since an error reaches clients, the
- * server log and whatever collects them.
+ * The URL as messages may show it: what stands between the scheme and the
+ * last "@" is replaced by "***", since an error reaches clients, the
+ * server log and whatever collects them.  The last "@" anywhere, not only
+ * in the authority: a URL libcurl refused may have a password with "/",
+ * "?" or "#" in it, and hiding too much of a bad URL costs nothing.
  */
 static char *
 url_for_messages(const char *url)
@@ -41,18 +43,15 @@ url_for_messages(const char *url)
 	size_t		scheme_len = strspn(url, "abcdefghijklmnopqrstuvwxyz"
 									"ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-");
 	const char *auth = url;
-	size_t		auth_len;
-	const char *at = NULL;
+	const char *at = strrchr(url, '@');
 
+	if (at == NULL)
+		return pstrdup(url);
 	/* After "scheme:" and its slashes, however many ("http:/u:p@h" too). */
 	if (scheme_len > 0 && url[scheme_len] == ':')
 		auth = url + scheme_len + 1 + strspn(url + scheme_len + 1, "/");
-	auth_len = strcspn(auth, "/?#");
-	for (const char *p = auth; p < auth + auth_len; p++)
-		if (*p == '@')
-			at = p;
-	if (at == NULL)
-		return pstrdup(url);
+	if (auth > at)
+		auth = url;
 	return psprintf("%.*s***%s", (int) (auth - url), url, at);
 }
 
@@ -359,14 +358,8 @@ write_cb(char *data, size_t size, size_t nmemb, void *userdata)
 	{
 		size_t		keep = Min(n, OUTBOX_RESPONSE_KEEP - req->response_len);
 
-		/* Kept for a text column: only printable ASCII survives. */
 		for (size_t i = 0; i < keep; i++)
-		{
-			unsigned char c = (unsigned char) data[i];
-
-			req->response[req->response_len++] =
-				(c >= 0x20 && c < 0x7f) || c == '\n' || c == '\t' ? (char) c : '?';
-		}
+			req->response[req->response_len++] = http_kept_char(data[i]);
 		req->response[req->response_len] = '\0';
 	}
 	req->response_read += n;

@@ -48,6 +48,18 @@ typedef struct HttpRequest
 	dlist_node	node;			/* in the in-flight list */
 } HttpRequest;
 
+/*
+ * A response byte as the attempt log keeps it: a text column, so only
+ * printable ASCII, tabs and newlines survive; anything else becomes '?'.
+ */
+static inline char
+http_kept_char(char c)
+{
+	unsigned char u = (unsigned char) c;
+
+	return (u >= 0x20 && u < 0x7f) || c == '\n' || c == '\t' ? c : '?';
+}
+
 extern void http_start(int max_total);
 extern void http_configure(int max_total);
 extern void http_submit(HttpRequest *req);

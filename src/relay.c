@@ -121,12 +121,19 @@ begin_tx(const char *activity)
 	return !extension_absent;
 }
 
+/* Commit a step's transaction. */
 static void
-end_tx(void)
+commit_tx(void)
 {
 	SPI_finish();
 	PopActiveSnapshot();
 	CommitTransactionCommand();
+}
+
+/* After the commit: statistics, and idle in pg_stat_activity. */
+static void
+report_idle(void)
+{
 	pgstat_report_stat(false);
 	pgstat_report_activity(STATE_IDLE, NULL);
 }
@@ -147,7 +154,8 @@ typedef enum StepResult
 {
 	STEP_DONE,					/* committed */
 	STEP_DECLINED,				/* committed, but the step found it could not
-								 * do its work yet (an endpoint busy) */
+								 * do its work yet (an endpoint's row locked
+								 * by another transaction) */
 	STEP_ABSENT,				/* outbox is not installed (of this version) */
 	STEP_FAILED					/* an error, reported; nothing took effect */
 } StepResult;
@@ -156,7 +164,7 @@ typedef StepResult (*StepFunc) (void *arg);
 
 /*
  * Run one step of the loop in a short transaction of its own (the bracket
- * of begin_tx and end_tx).  An error anywhere, in the commit too, is
+ * of begin_tx and commit_tx).  An error anywhere, in the commit too, is
  * reported and rolled back, and the step has failed: a result counts only
  * once its commit returned.  Without the extension the step is not run and
  * the main loop leaves.
@@ -175,8 +183,9 @@ run_step(const char *activity, StepFunc step, void *arg)
 
 		if (begin_tx(activity))
 			r = step(arg);
-		end_tx();
+		commit_tx();
 		result = r;
+		report_idle();
 	}
 	PG_CATCH();
 	{
@@ -379,28 +388,69 @@ endpoint_sets_header(const RelayEndpoint *ep, const char *line)
 	return false;
 }
 
-/* Shorter endpoint header values are not taken for secrets. */
+/*
+ * Shorter endpoint header values are not taken for secrets; within a value
+ * of several words ("Bearer <token>"), words of REDACT_WORD_LEN or more are
+ * taken for secrets of their own.
+ */
 #define REDACT_MIN_LEN		4
+#define REDACT_WORD_LEN		8
 #define REDACTED			"[redacted]"
 
-/* A byte of a header value as the kept response shows it (http.c). */
-static inline char
-as_kept(char c)
+/*
+ * Replace every occurrence of value[0..len) in the kept response by
+ * "[redacted]", and the start of one (REDACT_MIN_LEN bytes or more) where
+ * the kept text was cut off (truncated).  The response's bytes were made
+ * printable as they were kept (http_kept_char), so the value is compared
+ * the same way.
+ */
+static void
+redact(HttpRequest *req, const char *value, size_t len, bool truncated)
 {
-	unsigned char u = (unsigned char) c;
+	char		out[OUTBOX_RESPONSE_KEEP + 1];
+	size_t		n = 0;
+	size_t		i = 0;
+	bool		changed = false;
 
-	return (u >= 0x20 && u < 0x7f) || c == '\t' ? c : '?';
+	while (i < req->response_len)
+	{
+		size_t		m = 0;
+
+		while (m < len && i + m < req->response_len &&
+			   req->response[i + m] == http_kept_char(value[m]))
+			m++;
+		if (m == len ||
+			(truncated && i + m == req->response_len && m >= REDACT_MIN_LEN))
+		{
+			size_t		r = Min(strlen(REDACTED), OUTBOX_RESPONSE_KEEP - n);
+
+			memcpy(out + n, REDACTED, r);
+			n += r;
+			i += m;
+			changed = true;
+		}
+		else if (n < OUTBOX_RESPONSE_KEEP)
+			out[n++] = req->response[i++];
+		else
+			i++;
+	}
+	if (changed)
+	{
+		memcpy(req->response, out, n);
+		req->response[n] = '\0';
+		req->response_len = n;
+	}
 }
 
 /*
  * Take the endpoint's header values (its Authorization, say) out of the
- * response kept for outbox.attempts: a receiver that echoes its request
- * would put them there.  Every occurrence becomes "[redacted]", and so does
- * the start of one where the kept text was cut off.
+ * response kept for outbox.attempts: a receiver that echoes its request,
+ * or only the token in it, would put them there.
  */
 static void
 redact_response(const RelayEndpoint *ep, HttpRequest *req)
 {
+	bool		truncated = req->response_read > req->response_len;
 	const char *lines = ep->headers;
 	const char *name;
 	const char *value;
@@ -411,42 +461,23 @@ redact_response(const RelayEndpoint *ep, HttpRequest *req)
 		return;
 	while (next_header_line(&lines, &name, &name_len, &value, &value_len))
 	{
-		char		out[OUTBOX_RESPONSE_KEEP + 1];
-		size_t		n = 0;
-		size_t		i = 0;
-		bool		changed = false;
+		const char *word = value;
 
 		if (value_len < REDACT_MIN_LEN)
 			continue;
-		while (i < req->response_len)
+		redact(req, value, value_len, truncated);
+		/* the words of a value of several, each on its own */
+		while (word < value + value_len && memchr(value, ' ', value_len) != NULL)
 		{
-			size_t		m = 0;
+			size_t		word_len = strcspn(word, " \n");
 
-			while (m < value_len && i + m < req->response_len &&
-				   req->response[i + m] == as_kept(value[m]))
-				m++;
-			/* the whole value, or a start of it of some length cut off */
-			if (m == value_len ||
-				(i + m == req->response_len && m >= REDACT_MIN_LEN &&
-				 req->response_read > req->response_len))
-			{
-				size_t		r = Min(strlen(REDACTED), OUTBOX_RESPONSE_KEEP - n);
-
-				memcpy(out + n, REDACTED, r);
-				n += r;
-				i += m;
-				changed = true;
-			}
-			else if (n < OUTBOX_RESPONSE_KEEP)
-				out[n++] = req->response[i++];
-			else
-				i++;
-		}
-		if (changed)
-		{
-			memcpy(req->response, out, n);
-			req->response[n] = '\0';
-			req->response_len = n;
+			if (word + word_len > value + value_len)
+				word_len = value + value_len - word;
+			if (word_len >= REDACT_WORD_LEN)
+				redact(req, word, word_len, truncated);
+			word += word_len;
+			while (word < value + value_len && *word == ' ')
+				word++;
 		}
 	}
 }
@@ -653,7 +684,8 @@ typedef struct RecordRequest
 
 /*
  * The recording step of record_round: declined when _record found the
- * endpoint busy (its row locked, or gone).
+ * endpoint's row locked by another transaction (a drop_endpoint() not yet
+ * committed); an endpoint that is gone is done, with nothing to record.
  */
 static StepResult
 record_step(void *arg)
@@ -674,8 +706,8 @@ record_step(void *arg)
  *
  * What happens next follows from the step's result:
  * - done: the deliveries recorded are marked so; a complete batch is freed.
- * - declined (the endpoint busy): the batch is kept and recorded again
- *   after RECORD_RETRY_MS.
+ * - declined (the endpoint's row locked): the batch is kept and recorded
+ *   again after RECORD_RETRY_MS.
  * - failed (an error, the commit's included): nothing was recorded; the
  *   batch is recorded again later if still in flight, and given up once
  *   complete, its events read again; either way the endpoint's next read

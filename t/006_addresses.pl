@@ -1,6 +1,7 @@
 # The address policy: loopback, private, link-local, unspecified and
-# IPv4-mapped forms of them are refused at connect time unless
-# outbox.allowed_networks names them.  Refused targets get no packet: the
+# IPv4-mapped forms of them, and IPv6 addresses carrying such an IPv4
+# address to a gateway (NAT64, 6to4, Teredo, IPv4-translated), are refused
+# at connect time unless outbox.allowed_networks names them.  Refused targets get no packet: the
 # check runs before the socket exists.
 use strict;
 use warnings;
@@ -33,6 +34,8 @@ my %targets = (
 	sixto4_private  => 'http://[2002:a01:203::1]/x',
 	sixto4_loopback => "http://[2002:7f00:1::1]:$port/x",
 	teredo_private  => 'http://[2001:0:4136:e378:8000:63bf:3f57:fefe]/x',
+	translated_meta => 'http://[::ffff:0:a9fe:a9fe]/x',
+	doc_v4          => 'http://192.0.2.10/x',
 	site_local      => 'http://[fec0::1]/x',
 );
 for my $name (sort keys %targets)

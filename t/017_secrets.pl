@@ -79,8 +79,27 @@ $response = cut_response(512 - 14 - $at);
 unlike($response, qr/ADMIN/, 'no start of the token where the kept response is cut off');
 like($response, qr/\[redacted\]$/, 'the cut-off start says [redacted]');
 
-# A URL's credentials are refused, and the error does not repeat them.
-my ($rc, $out, $err) = $node->psql('postgres',
+my ($rc, $out, $err);
+
+# A receiver that echoes only the token of a value of several words.
+sql(qq{SELECT outbox.create_endpoint('token', '$url/token?echo=token',
+	event_types => '{t.token}', headers => '{"Authorization": "$admin_token"}')});
+my $token_id = sql("SELECT outbox.emit('t.token', '{}')");
+ok($node->poll_query_until('postgres',
+	"SELECT count(*) = 1 FROM outbox.attempts WHERE event_id = '$token_id'"),
+	'the token echo is recorded');
+is(sql("SELECT response FROM outbox.attempts WHERE event_id = '$token_id'"),
+	'invalid token [redacted]', 'a token echoed alone is redacted too');
+
+# A URL's credentials are refused, and the error does not repeat them,
+# also where the password has a "/" (libcurl refuses that URL itself).
+($rc, $out, $err) = $node->psql('postgres',
+	q{SELECT outbox.create_endpoint('creds', 'https://bob:pa/ss#w?rd@example.com/hook')});
+isnt($rc, 0, 'a URL with "/", "#" and "?" in its password is refused');
+like($err, qr/invalid endpoint URL "https:\/\/\*\*\*\@example\.com\/hook"/,
+	'the error shows it without the credentials');
+
+($rc, $out, $err) = $node->psql('postgres',
 	q{SELECT outbox.create_endpoint('creds', 'https://alice:s3cr3t-pw@example.com/hook')});
 isnt($rc, 0, 'a URL with credentials is refused');
 like($err, qr/invalid endpoint URL "https:\/\/\*\*\*\@example\.com\/hook"/,

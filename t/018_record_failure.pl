@@ -33,16 +33,22 @@ CREATE CONSTRAINT TRIGGER fail_first_retry_commit AFTER INSERT ON outbox.retries
 sql("SELECT outbox.create_endpoint('e', '$url/e', event_types => '{t.e}')");
 
 # One page: an event answered 500 at once (its retry is what fails to
-# commit), and three answered 200 after two seconds, which keep the page in
-# flight while the first outcome is recorded.
-my ($failing, @slow) = split /\n/, sql(q{
+# commit), and three answered 200 only once the record has failed, which
+# keep the page in flight while the first outcome is recorded.
+my $release = PostgreSQL::Test::Utils::tempdir() . '/release';
+my ($failing, @slow) = split /\n/, sql(qq{
 SELECT outbox.emit('t.e', '{"n": 0}', headers => '{"x-test-status": "500", "x-test-fail_first": "1"}')
 UNION ALL
-SELECT outbox.emit('t.e', format('{"n": %s}', n)::jsonb, headers => '{"x-test-delay": "2"}')
+SELECT outbox.emit('t.e', format('{"n": %s}', n)::jsonb,
+                   headers => jsonb_build_object('x-test-hold', '$release'))
   FROM generate_series(1, 3) n;
 });
 
-ok($node->wait_for_log(qr/injected failure at commit/), 'the record of the failure did not commit');
+ok($node->wait_for_log(qr/ERROR:  injected failure at commit/),
+	'the record of the failure did not commit');
+is(scalar(grep { $_->{path} eq '/e' && $_->{status} == 200 } received($log)), 0,
+	'none of the held events was answered then: the page was in flight');
+PostgreSQL::Test::Utils::append_to_file($release, '');
 ok(wait_received($log, got_all('/e', @slow)), 'the slow events arrived');
 ok(wait_received($log, sub { (ids_at("/e", @_)->{$failing} // 0) >= 2 }),
 	'the failed event was retried: its outcome was recorded after all');

@@ -11,8 +11,12 @@ receiver serves many endpoints at once:
   delivery=V      send "webhook-delivery: V" (abort-message or disable)
   location=URL    send "Location: URL" (with a 3xx status)
   delay=S         wait S seconds before answering
+  hold=PATH       wait until the file PATH exists before answering (at most
+                  a minute)
   echo=1          answer with the request: {"body": its body as a string,
                   "headers": [[name, value], ...] with repeated names}
+  echo=token      answer "invalid token " and the last word of the request's
+                  Authorization header
 
 An event can set any of these for itself with a header "x-test-NAME"
 (emit(..., headers => '{"x-test-delay": "2"}')), over the URL's.
@@ -25,6 +29,7 @@ Standard library only.
 import argparse
 import collections
 import json
+import os
 import socket
 import sys
 import threading
@@ -64,6 +69,10 @@ class Handler(BaseHTTPRequestHandler):
             status = 200
         if "delay" in q:
             time.sleep(float(q["delay"]))
+        if "hold" in q:
+            deadline = time.time() + 60
+            while not os.path.exists(q["hold"]) and time.time() < deadline:
+                time.sleep(0.02)
         record = {
             "t": received,
             "path": url.path,
@@ -86,6 +95,9 @@ class Handler(BaseHTTPRequestHandler):
         answer = b"ok"
         if q.get("echo") == "1":
             answer = json.dumps({"body": body, "headers": self.headers.items()}).encode()
+        elif q.get("echo") == "token":
+            token = (self.headers.get("Authorization") or "").split(" ")[-1]
+            answer = ("invalid token " + token).encode()
         self.send_header("Content-Length", str(len(answer)))
         self.end_headers()
         self.wfile.write(answer)
@@ -105,7 +117,6 @@ def main():
     open(args.log, "a").close()
     with open(args.port_file + ".tmp", "w") as f:
         f.write(str(server.server_address[1]))
-    import os
     os.rename(args.port_file + ".tmp", args.port_file)
     try:
         server.serve_forever()

@@ -598,6 +598,7 @@ outbox_sender_main(Datum arg)
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
 			http_configure(outbox_max_concurrency);
+			ereport(LOG, (errmsg("outbox sender %d reloaded its configuration", index + 1)));
 		}
 
 		for (;;)

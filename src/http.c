@@ -6,14 +6,16 @@
  *	  request), and the multi-handle wrapper the relay submits requests to,
  *	  with the address policy applied at connect time (address.c).
  *
- * The wrapper runs in the relay only, with no transaction open; see the
- * comment above http_configure for who limits what.
+ * The wrapper runs in the relay and in its sender processes (sender.c),
+ * each with its own multi handle and no transaction open; see the comment
+ * above pool_limits for who limits what.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
 #include <arpa/inet.h>
+#include <sys/stat.h>
 #include <curl/curl.h>
 
 #include "fmgr.h"
@@ -138,31 +140,69 @@ outbox_check_url(PG_FUNCTION_ARGS)
 }
 
 /*
- * The multi-handle wrapper used by the relay.  One multi handle per relay
- * process keeps many requests in flight, reuses connections (keep-alive)
- * and multiplexes HTTP/2 where a server offers it.  Redirects are never
- * followed, only http and https are spoken, and at most
- * OUTBOX_RESPONSE_READ bytes of a response are read.
+ * The multi-handle wrapper used by the relay and its senders.  A multi
+ * handle per process keeps many requests in flight, reuses connections
+ * (keep-alive) and multiplexes HTTP/2 where a server offers it.  Redirects
+ * are never followed, only http and https are spoken, and what a response
+ * may send is bounded (http.h): its header lines, 1xx responses included,
+ * its chunk framing, and what follows the headers; the endpoint's timeout
+ * bounds the time.
  *
- * Memory: easy handles and header lists are malloc'd by libcurl and freed
- * here on every path, including http_abandon_all() after an error.
+ * The multi handle lives in a pool.  A reload that changes what may be
+ * connected to (outbox.allowed_networks) or how servers are verified
+ * (outbox.ca_file) retires the pool: new requests go to a fresh one, and
+ * the old one is cleaned up, closing its connections, once its requests
+ * in flight are done.  libcurl cannot close a multi handle's idle
+ * connections otherwise, and a TLS connection cannot be checked again
+ * against another CA.
+ *
+ * Memory: pools, easy handles and header lists are malloc'd (by libcurl)
+ * or in TopMemoryContext, and freed here on every path, including
+ * http_abandon_all() after an error.
  */
 
-static CURLM *multi = NULL;
+typedef struct HttpPool
+{
+	CURLM	   *multi;
+	uint32		generation;		/* names it in its sockets' epoll data */
+	TimestampTz timer_due;		/* when libcurl wants a call; 0: never */
+	int			in_flight;		/* requests added and not yet released */
+	dlist_node	node;			/* in retiring, once retired */
+} HttpPool;
+
+static HttpPool *current = NULL;
+static dlist_head retiring = DLIST_STATIC_INIT(retiring);
+static uint32 next_generation = 0;
 static dlist_head in_flight = DLIST_STATIC_INIT(in_flight);
 
 /*
  * The sockets libcurl wants watched (socket callback) and when it wants to
- * be called back regardless (timer callback).  The relay sleeps in one
- * WaitEventSet on its latch and on these.
+ * be called back regardless (timer callback), per pool.  The relay sleeps
+ * in one WaitEventSet on its latch and on these.
  *
  * On Linux the sockets live in an epoll set of our own, which sits in the
  * WaitEventSet as a single socket: a change costs one epoll_ctl, and the
  * WaitEventSet is built once.  Elsewhere the WaitEventSet is rebuilt from
  * the list of watched sockets whenever it changed.
  */
-static TimestampTz timer_due = 0;	/* 0: no timer */
 static WaitEventSet *wait_set = NULL;
+
+static HttpPool *
+pool_by_generation(uint32 generation)
+{
+	dlist_iter	iter;
+
+	if (current != NULL && current->generation == generation)
+		return current;
+	dlist_foreach(iter, &retiring)
+	{
+		HttpPool   *pool = dlist_container(HttpPool, node, iter.cur);
+
+		if (pool->generation == generation)
+			return pool;
+	}
+	return NULL;
+}
 
 #ifdef HAVE_SYS_EPOLL_H
 #include <sys/epoll.h>
@@ -179,6 +219,7 @@ static int	watched_mark;
 static int
 socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp, void *socketp)
 {
+	HttpPool   *pool = (HttpPool *) userp;
 	struct epoll_event ev;
 
 	if (what == CURL_POLL_REMOVE)
@@ -189,13 +230,13 @@ socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp, void *socketp)
 	}
 	memset(&ev, 0, sizeof(ev));
 	ev.events = ((what & CURL_POLL_IN) ? EPOLLIN : 0) | ((what & CURL_POLL_OUT) ? EPOLLOUT : 0);
-	ev.data.fd = fd;
+	ev.data.u64 = ((uint64) pool->generation << 32) | (uint32) fd;
 	if (socketp != NULL && epoll_ctl(curl_epfd, EPOLL_CTL_MOD, fd, &ev) == 0)
 		return 0;
 	if (epoll_ctl(curl_epfd, EPOLL_CTL_ADD, fd, &ev) == 0 ||
 		(errno == EEXIST && epoll_ctl(curl_epfd, EPOLL_CTL_MOD, fd, &ev) == 0))
 	{
-		curl_multi_assign(multi, fd, &watched_mark);
+		curl_multi_assign(pool->multi, fd, &watched_mark);
 		return 0;
 	}
 	return -1;					/* libcurl fails the transfer */
@@ -215,7 +256,7 @@ build_wait_set(void)
 	AddWaitEventToSet(wait_set, WL_SOCKET_READABLE, curl_epfd, NULL, NULL);
 }
 
-/* Hand libcurl the ready sockets of our epoll set. */
+/* Hand libcurl the ready sockets of our epoll set, each to its pool. */
 static void
 act_on_sockets(void)
 {
@@ -227,14 +268,22 @@ act_on_sockets(void)
 	for (int i = 0; i < n; i++)
 	{
 		int			flags = 0;
+		curl_socket_t fd = (curl_socket_t) (uint32) evs[i].data.u64;
+		HttpPool   *pool = pool_by_generation((uint32) (evs[i].data.u64 >> 32));
 
+		if (pool == NULL)
+		{
+			/* its pool is gone, and so is the socket libcurl watched */
+			(void) epoll_ctl(curl_epfd, EPOLL_CTL_DEL, fd, NULL);
+			continue;
+		}
 		if (evs[i].events & EPOLLIN)
 			flags |= CURL_CSELECT_IN;
 		if (evs[i].events & EPOLLOUT)
 			flags |= CURL_CSELECT_OUT;
 		if (evs[i].events & (EPOLLERR | EPOLLHUP))
 			flags |= CURL_CSELECT_ERR;
-		curl_multi_socket_action(multi, evs[i].data.fd, flags, &running);
+		curl_multi_socket_action(pool->multi, fd, flags, &running);
 	}
 }
 
@@ -244,6 +293,7 @@ typedef struct WatchedSocket
 {
 	curl_socket_t fd;
 	int			what;			/* CURL_POLL_IN, _OUT or _INOUT */
+	HttpPool   *pool;
 } WatchedSocket;
 
 static WatchedSocket *watched = NULL;
@@ -281,6 +331,7 @@ socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp, void *socketp)
 			watched[n_watched++].fd = fd;
 		}
 		watched[i].what = what;
+		watched[i].pool = (HttpPool *) userp;
 	}
 	watch_changed = true;
 	return 0;
@@ -308,12 +359,24 @@ build_wait_set(void)
 	}
 	watch_changed = false;
 }
+
+/* The pool whose libcurl watches fd, or NULL. */
+static HttpPool *
+pool_of_socket(curl_socket_t fd)
+{
+	for (int i = 0; i < n_watched; i++)
+		if (watched[i].fd == fd)
+			return watched[i].pool;
+	return NULL;
+}
 #endif							/* HAVE_SYS_EPOLL_H */
 
 static int
 timer_cb(CURLM *m, long timeout_ms, void *userp)
 {
-	timer_due = timeout_ms < 0 ? 0 :
+	HttpPool   *pool = (HttpPool *) userp;
+
+	pool->timer_due = timeout_ms < 0 ? 0 :
 		TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
 	return 0;
 }
@@ -326,82 +389,49 @@ timer_cb(CURLM *m, long timeout_ms, void *userp)
  * outbox.endpoint_concurrency per endpoint), so connections in use never
  * exceed max_total; at most max_total idle ones are kept for reuse.
  */
-void
-http_configure(int max_total)
-{
-	curl_multi_setopt(multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, 0L);
-	curl_multi_setopt(multi, CURLMOPT_MAX_HOST_CONNECTIONS, 0L);
-	curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS, (long) max_total);
-}
-
-void
-http_start(int max_total)
-{
-	if (curl_global_init(CURL_GLOBAL_ALL) != CURLE_OK)
-		elog(ERROR, "could not initialize libcurl");
-	multi = curl_multi_init();
-	if (multi == NULL)
-		elog(ERROR, "could not create a libcurl multi handle");
-	curl_multi_setopt(multi, CURLMOPT_PIPELINING, CURLPIPE_MULTIPLEX);
-	curl_multi_setopt(multi, CURLMOPT_SOCKETFUNCTION, socket_cb);
-	curl_multi_setopt(multi, CURLMOPT_TIMERFUNCTION, timer_cb);
-	http_configure(max_total);
-}
-
-static size_t
-write_cb(char *data, size_t size, size_t nmemb, void *userdata)
-{
-	HttpRequest *req = (HttpRequest *) userdata;
-	size_t		n = size * nmemb;
-
-	if (req->response_len < OUTBOX_RESPONSE_KEEP)
-	{
-		size_t		keep = Min(n, OUTBOX_RESPONSE_KEEP - req->response_len);
-
-		for (size_t i = 0; i < keep; i++)
-			req->response[req->response_len++] = http_kept_char(data[i]);
-		req->response[req->response_len] = '\0';
-	}
-	req->response_read += n;
-	if (req->response_read > OUTBOX_RESPONSE_READ)
-		return 0;				/* enough: hang up */
-	return n;
-}
-
-/* Copy the value of header "name" (case-insensitive) into dst if it is it. */
 static void
-take_header(const char *line, size_t len, const char *name, char *dst, size_t dstlen)
+pool_limits(HttpPool *pool, int max_total)
 {
-	size_t		nlen = strlen(name);
-	size_t		vlen;
-
-	if (len <= nlen || line[nlen] != ':' || pg_strncasecmp(line, name, nlen) != 0)
-		return;
-	line += nlen + 1;
-	len -= nlen + 1;
-	while (len > 0 && (*line == ' ' || *line == '\t'))
-		line++, len--;
-	while (len > 0 && (line[len - 1] == '\r' || line[len - 1] == '\n' || line[len - 1] == ' '))
-		len--;
-	vlen = Min(len, dstlen - 1);
-	memcpy(dst, line, vlen);
-	dst[vlen] = '\0';
+	curl_multi_setopt(pool->multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, 0L);
+	curl_multi_setopt(pool->multi, CURLMOPT_MAX_HOST_CONNECTIONS, 0L);
+	curl_multi_setopt(pool->multi, CURLMOPT_MAXCONNECTS, (long) max_total);
 }
 
-static size_t
-header_cb(char *data, size_t size, size_t nmemb, void *userdata)
+static HttpPool *
+pool_create(int max_total)
 {
-	HttpRequest *req = (HttpRequest *) userdata;
-	size_t		n = size * nmemb;
+	HttpPool   *pool = MemoryContextAllocZero(TopMemoryContext, sizeof(HttpPool));
 
-	take_header(data, n, "webhook-delivery", req->delivery, sizeof(req->delivery));
-	take_header(data, n, "retry-after", req->retry_after, sizeof(req->retry_after));
-	return n;
+	pool->multi = curl_multi_init();
+	if (pool->multi == NULL)
+	{
+		pfree(pool);
+		elog(ERROR, "could not create a libcurl multi handle");
+	}
+	pool->generation = next_generation++;
+	curl_multi_setopt(pool->multi, CURLMOPT_PIPELINING, CURLPIPE_MULTIPLEX);
+	curl_multi_setopt(pool->multi, CURLMOPT_SOCKETFUNCTION, socket_cb);
+	curl_multi_setopt(pool->multi, CURLMOPT_SOCKETDATA, pool);
+	curl_multi_setopt(pool->multi, CURLMOPT_TIMERFUNCTION, timer_cb);
+	curl_multi_setopt(pool->multi, CURLMOPT_TIMERDATA, pool);
+	pool_limits(pool, max_total);
+	return pool;
+}
+
+/* Clean up a retired pool with nothing in flight: its connections close. */
+static void
+pool_destroy(HttpPool *pool)
+{
+	Assert(pool != current && pool->in_flight == 0);
+	dlist_delete(&pool->node);
+	curl_multi_cleanup(pool->multi);
+	pfree(pool);
 }
 
 /*
  * Easy handles are kept for reuse (reset, not freed): creating one per
- * request showed up in profiles as malloc and free.
+ * request showed up in profiles as malloc and free.  A handle keeps the TLS
+ * sessions it made, so only those of the current pool are kept.
  */
 #define MAX_SPARE_HANDLES	256
 static CURL *spare[MAX_SPARE_HANDLES];
@@ -414,15 +444,285 @@ get_handle(void)
 }
 
 static void
-put_handle(CURL *easy)
+put_handle(CURL *easy, HttpPool *pool)
 {
-	if (n_spare < MAX_SPARE_HANDLES)
+	if (pool == current && n_spare < MAX_SPARE_HANDLES)
 	{
 		curl_easy_reset(easy);
 		spare[n_spare++] = easy;
 	}
 	else
 		curl_easy_cleanup(easy);
+}
+
+/*
+ * What the connections of a pool were made under: the allowed networks and
+ * the CA file, by name and by what is on disk (a file rewritten in place
+ * counts as a change).
+ */
+typedef struct ConnectPolicy
+{
+	NetworkList allowed;
+	char		ca_file[MAXPGPATH];
+	bool		ca_found;
+	struct stat ca_stat;
+} ConnectPolicy;
+
+static ConnectPolicy connect_policy;
+
+static void
+connect_policy_now(ConnectPolicy *p)
+{
+	memset(p, 0, sizeof(ConnectPolicy));
+	p->allowed.n = outbox_allowed_networks.n;
+	memcpy(p->allowed.nets, outbox_allowed_networks.nets,
+		   sizeof(Network) * outbox_allowed_networks.n);
+	strlcpy(p->ca_file, outbox_ca_file ? outbox_ca_file : "", sizeof(p->ca_file));
+	p->ca_found = p->ca_file[0] != '\0' && stat(p->ca_file, &p->ca_stat) == 0;
+}
+
+static bool
+connect_policy_changed(const ConnectPolicy *a, const ConnectPolicy *b)
+{
+	if (a->allowed.n != b->allowed.n ||
+		memcmp(a->allowed.nets, b->allowed.nets, sizeof(Network) * a->allowed.n) != 0 ||
+		strcmp(a->ca_file, b->ca_file) != 0 || a->ca_found != b->ca_found)
+		return true;
+	return a->ca_found &&
+		(a->ca_stat.st_dev != b->ca_stat.st_dev ||
+		 a->ca_stat.st_ino != b->ca_stat.st_ino ||
+		 a->ca_stat.st_size != b->ca_stat.st_size ||
+		 a->ca_stat.st_mtim.tv_sec != b->ca_stat.st_mtim.tv_sec ||
+		 a->ca_stat.st_mtim.tv_nsec != b->ca_stat.st_mtim.tv_nsec ||
+		 a->ca_stat.st_ctim.tv_sec != b->ca_stat.st_ctim.tv_sec ||
+		 a->ca_stat.st_ctim.tv_nsec != b->ca_stat.st_ctim.tv_nsec);
+}
+
+/*
+ * After a reload: apply the connection limits, and when the address policy
+ * or the CA file changed, stop using every connection made so far (see the
+ * pools above).  Requests in flight finish where they are.
+ */
+void
+http_configure(int max_total)
+{
+	ConnectPolicy now;
+
+	connect_policy_now(&now);
+	if (connect_policy_changed(&now, &connect_policy))
+	{
+		HttpPool   *old = current;
+		int			unfinished = old->in_flight;
+
+		current = pool_create(max_total);
+		memcpy(&connect_policy, &now, sizeof(ConnectPolicy));
+		dlist_push_tail(&retiring, &old->node);
+		if (unfinished == 0)
+			pool_destroy(old);
+		while (n_spare > 0)
+			curl_easy_cleanup(spare[--n_spare]);
+		ereport(LOG,
+				(errmsg("outbox closes its connections: outbox.allowed_networks or outbox.ca_file changed"),
+				 errdetail("%d requests in flight finish on their connections first.",
+						   unfinished)));
+	}
+	pool_limits(current, max_total);
+}
+
+void
+http_start(int max_total)
+{
+	if (curl_global_init(CURL_GLOBAL_ALL) != CURLE_OK)
+		elog(ERROR, "could not initialize libcurl");
+	connect_policy_now(&connect_policy);
+	current = pool_create(max_total);
+}
+
+/*
+ * The chunk decoder.  libcurl is asked for the raw body (transfer decoding
+ * off), so that the write callback sees every byte after the headers,
+ * chunk sizes, extensions and trailers included; libcurl still parses the
+ * chunks to find the end of the response.  This decoder follows along to
+ * tell body bytes from framing: it counts the framing, and keeps the
+ * decoded body's first bytes for the attempt log.  It is lenient where
+ * libcurl is strict: what libcurl refuses fails the transfer anyway.
+ */
+enum
+{
+	CHUNK_SIZE,					/* the hex size */
+	CHUNK_EXTENSION,			/* after the size, to the end of the line */
+	CHUNK_DATA,
+	CHUNK_DATA_END,				/* the CRLF after a chunk's data */
+	CHUNK_TRAILER_START,		/* at the start of a trailer line */
+	CHUNK_TRAILER,				/* inside a trailer line */
+	CHUNK_DONE					/* after the last chunk and its trailers */
+};
+
+/* Keep a body byte for the attempt log, or note that the kept text is cut. */
+static inline void
+keep_byte(HttpRequest *req, unsigned char c)
+{
+	if (req->response_len >= OUTBOX_RESPONSE_KEEP)
+	{
+		req->response_cut = true;
+		return;
+	}
+	req->response[req->response_len++] = http_kept_char((char) c);
+	req->response[req->response_len] = '\0';
+}
+
+static void
+decode_chunked(HttpRequest *req, const char *data, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+	{
+		unsigned char c = (unsigned char) data[i];
+		int			digit;
+
+		if (req->chunk_state == CHUNK_DATA)
+		{
+			size_t		take = Min((uint64) (n - i), req->chunk_left);
+
+			for (size_t j = 0; j < take; j++)
+				keep_byte(req, (unsigned char) data[i + j]);
+			req->chunk_left -= take;
+			i += take - 1;
+			if (req->chunk_left == 0)
+				req->chunk_state = CHUNK_DATA_END;
+			continue;
+		}
+		req->framing_read++;
+		switch (req->chunk_state)
+		{
+			case CHUNK_SIZE:
+				digit = c >= '0' && c <= '9' ? c - '0' :
+					c >= 'a' && c <= 'f' ? c - 'a' + 10 :
+					c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+				if (digit >= 0 && req->chunk_left < (UINT64CONST(1) << 56))
+				{
+					req->chunk_left = req->chunk_left * 16 + digit;
+					break;
+				}
+				req->chunk_state = CHUNK_EXTENSION;
+				/* FALLTHROUGH */
+			case CHUNK_EXTENSION:
+				if (c == '\n')
+					req->chunk_state = req->chunk_left > 0 ? CHUNK_DATA : CHUNK_TRAILER_START;
+				break;
+			case CHUNK_DATA_END:
+				if (c == '\n')
+				{
+					req->chunk_state = CHUNK_SIZE;
+					req->chunk_left = 0;
+				}
+				break;
+			case CHUNK_TRAILER_START:
+				if (c == '\n')
+					req->chunk_state = CHUNK_DONE;
+				else if (c != '\r')
+					req->chunk_state = CHUNK_TRAILER;
+				break;
+			case CHUNK_TRAILER:
+				if (c == '\n')
+					req->chunk_state = CHUNK_TRAILER_START;
+				break;
+			default:
+				break;
+		}
+	}
+}
+
+/*
+ * Every byte after the headers comes here, raw.  Past
+ * OUTBOX_RESPONSE_FRAMING bytes of framing the transfer is failed as a
+ * flood; past OUTBOX_RESPONSE_READ bytes in all the relay hangs up, and a
+ * long body counts as its status (http_next_done).
+ */
+static size_t
+write_cb(char *data, size_t size, size_t nmemb, void *userdata)
+{
+	HttpRequest *req = (HttpRequest *) userdata;
+	size_t		n = size * nmemb;
+
+	if (req->chunked)
+		decode_chunked(req, data, n);
+	else
+	{
+		size_t		keep = Min(n, OUTBOX_RESPONSE_KEEP - req->response_len);
+
+		for (size_t i = 0; i < keep; i++)
+			keep_byte(req, (unsigned char) data[i]);
+		if (keep < n)
+			req->response_cut = true;
+	}
+	req->response_read += n;
+	if (req->framing_read > OUTBOX_RESPONSE_FRAMING)
+	{
+		req->exceeded = "the response's chunk framing (sizes, extensions, trailers) exceeded 16 kB";
+		return 0;
+	}
+	if (req->response_read > OUTBOX_RESPONSE_READ)
+		return 0;				/* enough: hang up */
+	return n;
+}
+
+/* Copy the value of header "name" (case-insensitive) into dst if it is it. */
+static bool
+take_header(const char *line, size_t len, const char *name, char *dst, size_t dstlen)
+{
+	size_t		nlen = strlen(name);
+	size_t		vlen;
+
+	if (len <= nlen || line[nlen] != ':' || pg_strncasecmp(line, name, nlen) != 0)
+		return false;
+	line += nlen + 1;
+	len -= nlen + 1;
+	while (len > 0 && (*line == ' ' || *line == '\t'))
+		line++, len--;
+	while (len > 0 && (line[len - 1] == '\r' || line[len - 1] == '\n' || line[len - 1] == ' '))
+		len--;
+	vlen = Min(len, dstlen - 1);
+	memcpy(dst, line, vlen);
+	dst[vlen] = '\0';
+	return true;
+}
+
+/*
+ * Each header line of each response, 1xx responses included, comes here:
+ * they are bounded together by OUTBOX_RESPONSE_HEADERS.
+ */
+static size_t
+header_cb(char *data, size_t size, size_t nmemb, void *userdata)
+{
+	HttpRequest *req = (HttpRequest *) userdata;
+	size_t		n = size * nmemb;
+	char		te[64];
+
+	req->headers_read += n;
+	if (req->headers_read > OUTBOX_RESPONSE_HEADERS)
+	{
+		req->exceeded = "the response's headers (1xx responses included) exceeded 64 kB";
+		return 0;
+	}
+	/* A status line starts a response: its own headers follow. */
+	if (n >= 5 && memcmp(data, "HTTP/", 5) == 0)
+	{
+		req->chunked = false;
+		req->delivery[0] = '\0';
+		req->retry_after[0] = '\0';
+	}
+	take_header(data, n, "webhook-delivery", req->delivery, sizeof(req->delivery));
+	take_header(data, n, "retry-after", req->retry_after, sizeof(req->retry_after));
+	if (take_header(data, n, "transfer-encoding", te, sizeof(te)))
+	{
+		/* libcurl decodes chunked only when it is the last coding */
+		for (char *p = te; *p; p++)
+			*p = pg_tolower((unsigned char) *p);
+		req->chunked = strstr(te, "chunked") != NULL;
+		req->chunk_state = CHUNK_SIZE;
+		req->chunk_left = 0;
+	}
+	return n;
 }
 
 /*
@@ -464,6 +764,7 @@ http_submit(HttpRequest *req)
 		elog(ERROR, "could not create a libcurl easy handle");
 	}
 	req->easy = easy;
+	req->pool = current;
 	req->status = 0;
 	req->transport_error = false;
 	req->error[0] = '\0';
@@ -471,8 +772,15 @@ http_submit(HttpRequest *req)
 	req->response[0] = '\0';
 	req->response_len = 0;
 	req->response_read = 0;
+	req->response_cut = false;
 	req->delivery[0] = '\0';
 	req->retry_after[0] = '\0';
+	req->headers_read = 0;
+	req->framing_read = 0;
+	req->chunked = false;
+	req->chunk_state = CHUNK_SIZE;
+	req->chunk_left = 0;
+	req->exceeded = NULL;
 
 	curl_easy_setopt(easy, CURLOPT_URL, req->url);
 	curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
@@ -486,9 +794,18 @@ http_submit(HttpRequest *req)
 	curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, req->timeout_ms);
 	curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, Min(req->timeout_ms, 10000L));
 	curl_easy_setopt(easy, CURLOPT_HTTP_VERSION, (long) CURL_HTTP_VERSION_2TLS);
-	/* HTTP/2: wait to multiplex on a connection rather than open more. */
-	curl_easy_setopt(easy, CURLOPT_PIPEWAIT, 1L);
+
+	/*
+	 * No CURLOPT_PIPEWAIT: with it, a request to a host whose first
+	 * connection has not yet answered (an endpoint that never answers, say)
+	 * waited for that connection instead of opening its own, and failed
+	 * when the other's request did.  Without it, libcurl multiplexes on a
+	 * connection once the server is known to speak HTTP/2, and opens a
+	 * connection of its own before that.
+	 */
 	curl_easy_setopt(easy, CURLOPT_TCP_NODELAY, 1L);
+	/* The raw body: chunk framing is counted too (see decode_chunked). */
+	curl_easy_setopt(easy, CURLOPT_HTTP_TRANSFER_DECODING, 0L);
 	curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, write_cb);
 	curl_easy_setopt(easy, CURLOPT_WRITEDATA, req);
 	curl_easy_setopt(easy, CURLOPT_HEADERFUNCTION, header_cb);
@@ -502,15 +819,42 @@ http_submit(HttpRequest *req)
 	if (outbox_ca_file != NULL && outbox_ca_file[0] != '\0')
 		curl_easy_setopt(easy, CURLOPT_CAINFO, outbox_ca_file);
 
-	if (curl_multi_add_handle(multi, easy) != CURLM_OK)
+	if (curl_multi_add_handle(current->multi, easy) != CURLM_OK)
 	{
-		put_handle(easy);
+		put_handle(easy, current);
 		curl_slist_free_all(req->headers);
 		req->headers = NULL;
 		req->easy = NULL;
+		req->pool = NULL;
 		elog(ERROR, "could not add a request to the libcurl multi handle");
 	}
+	current->in_flight++;
 	dlist_push_tail(&in_flight, &req->node);
+}
+
+/* Let libcurl act on the timer of each pool that is due. */
+static void
+act_on_timers(void)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	dlist_mutable_iter iter;
+	int			running;
+
+	if (current->timer_due != 0 && now >= current->timer_due)
+	{
+		current->timer_due = 0;
+		curl_multi_socket_action(current->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+	}
+	dlist_foreach_modify(iter, &retiring)
+	{
+		HttpPool   *pool = dlist_container(HttpPool, node, iter.cur);
+
+		if (pool->timer_due != 0 && now >= pool->timer_due)
+		{
+			pool->timer_due = 0;
+			curl_multi_socket_action(pool->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+		}
+	}
 }
 
 /*
@@ -523,12 +867,20 @@ http_wait(long timeout_ms)
 {
 	WaitEvent	events[16];
 	int			n;
-	int			running;
 	bool		latch = false;
 	long		wait_ms = timeout_ms;
+	TimestampTz first_due = current->timer_due;
+	dlist_iter	iter;
 
-	if (timer_due != 0)
-		wait_ms = Min(wait_ms, Max(0, TimestampDifferenceMilliseconds(GetCurrentTimestamp(), timer_due)));
+	dlist_foreach(iter, &retiring)
+	{
+		HttpPool   *pool = dlist_container(HttpPool, node, iter.cur);
+
+		if (pool->timer_due != 0 && (first_due == 0 || pool->timer_due < first_due))
+			first_due = pool->timer_due;
+	}
+	if (first_due != 0)
+		wait_ms = Min(wait_ms, Max(0, TimestampDifferenceMilliseconds(GetCurrentTimestamp(), first_due)));
 	build_wait_set();
 
 	n = WaitEventSetWait(wait_set, wait_ms, events, lengthof(events), PG_WAIT_EXTENSION);
@@ -545,33 +897,53 @@ http_wait(long timeout_ms)
 #else
 		{
 			int			flags = 0;
+			int			running;
+			HttpPool   *pool = pool_of_socket(events[i].fd);
 
 			if (events[i].events & WL_SOCKET_READABLE)
 				flags |= CURL_CSELECT_IN;
 			if (events[i].events & WL_SOCKET_WRITEABLE)
 				flags |= CURL_CSELECT_OUT;
-			if (flags)
-				curl_multi_socket_action(multi, events[i].fd, flags, &running);
+			if (flags && pool != NULL)
+				curl_multi_socket_action(pool->multi, events[i].fd, flags, &running);
 		}
 #endif
 	}
-	if (timer_due != 0 && GetCurrentTimestamp() >= timer_due)
-	{
-		timer_due = 0;
-		curl_multi_socket_action(multi, CURL_SOCKET_TIMEOUT, 0, &running);
-	}
+	act_on_timers();
 	return latch;
 }
 
+/*
+ * Take a request out of libcurl.  A retired pool whose last request this
+ * was is cleaned up, closing its connections.
+ */
 static void
 release(HttpRequest *req)
 {
-	curl_multi_remove_handle(multi, req->easy);
-	put_handle(req->easy);
+	HttpPool   *pool = req->pool;
+
+	curl_multi_remove_handle(pool->multi, req->easy);
+	put_handle(req->easy, pool);
 	curl_slist_free_all(req->headers);
 	req->easy = NULL;
 	req->headers = NULL;
+	req->pool = NULL;
 	dlist_delete(&req->node);
+	if (--pool->in_flight == 0 && pool != current)
+		pool_destroy(pool);
+}
+
+/* The next message of a pool about a finished request, or NULL. */
+static CURLMsg *
+next_message(HttpPool *pool)
+{
+	CURLMsg    *msg;
+	int			left;
+
+	while ((msg = curl_multi_info_read(pool->multi, &left)) != NULL)
+		if (msg->msg == CURLMSG_DONE)
+			return msg;
+	return NULL;
 }
 
 /*
@@ -581,42 +953,56 @@ release(HttpRequest *req)
 HttpRequest *
 http_next_done(void)
 {
-	CURLMsg    *msg;
-	int			left;
+	CURLMsg    *msg = next_message(current);
+	HttpRequest *req;
+	CURLcode	rc;
+	double		total = 0;
 
-	while ((msg = curl_multi_info_read(multi, &left)) != NULL)
+	if (msg == NULL)
 	{
-		HttpRequest *req;
-		CURLcode	rc = msg->data.result;
-		double		total = 0;
+		dlist_iter	iter;
 
-		if (msg->msg != CURLMSG_DONE)
-			continue;
-		curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **) &req);
-		curl_easy_getinfo(msg->easy_handle, CURLINFO_RESPONSE_CODE, &req->status);
-		curl_easy_getinfo(msg->easy_handle, CURLINFO_TOTAL_TIME, &total);
-		req->duration_ms = total * 1000.0;
-
-		/* Hanging up on a long response is not the receiver's failure. */
-		if (rc == CURLE_WRITE_ERROR && req->response_read > OUTBOX_RESPONSE_READ && req->status > 0)
+		dlist_foreach(iter, &retiring)
 		{
-			rc = CURLE_OK;
-			req->error[0] = '\0';
+			msg = next_message(dlist_container(HttpPool, node, iter.cur));
+			if (msg != NULL)
+				break;
 		}
-		if (rc != CURLE_OK)
-		{
-			/* A reply broken off after its status line is no answer. */
-			req->status = 0;
-			req->transport_error = true;
-			if (req->refused[0] != '\0')
-				strlcpy(req->error, req->refused, sizeof(req->error));
-			else if (req->error[0] == '\0')
-				strlcpy(req->error, curl_easy_strerror(rc), sizeof(req->error));
-		}
-		release(req);
-		return req;
 	}
-	return NULL;
+	if (msg == NULL)
+		return NULL;
+
+	rc = msg->data.result;
+	curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **) &req);
+	curl_easy_getinfo(msg->easy_handle, CURLINFO_RESPONSE_CODE, &req->status);
+	curl_easy_getinfo(msg->easy_handle, CURLINFO_TOTAL_TIME, &total);
+	req->duration_ms = total * 1000.0;
+
+	if (req->exceeded != NULL)
+	{
+		/* The receiver broke a bound: whatever its status, no answer. */
+		rc = CURLE_WRITE_ERROR;
+		strlcpy(req->error, req->exceeded, sizeof(req->error));
+	}
+	else if (rc == CURLE_WRITE_ERROR && req->response_read > OUTBOX_RESPONSE_READ &&
+			 req->status > 0)
+	{
+		/* Hanging up on a long response is not the receiver's failure. */
+		rc = CURLE_OK;
+		req->error[0] = '\0';
+	}
+	if (rc != CURLE_OK)
+	{
+		/* A reply broken off after its status line is no answer. */
+		req->status = 0;
+		req->transport_error = true;
+		if (req->refused[0] != '\0')
+			strlcpy(req->error, req->refused, sizeof(req->error));
+		else if (req->error[0] == '\0')
+			strlcpy(req->error, curl_easy_strerror(rc), sizeof(req->error));
+	}
+	release(req);
+	return req;
 }
 
 /* Drop every request in flight (after an error); their results are lost. */

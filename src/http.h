@@ -15,7 +15,22 @@
 
 #define OUTBOX_MAX_URL			2048
 #define OUTBOX_RESPONSE_KEEP	512 /* response bytes kept for the log */
-#define OUTBOX_RESPONSE_READ	(64 * 1024) /* read at most, then hang up */
+
+/*
+ * What a response may send.  Past OUTBOX_RESPONSE_READ bytes after the
+ * headers the relay hangs up, and a plain long body counts as its status;
+ * past either of the other two the attempt is a transport error that says
+ * which bound the receiver broke.
+ */
+#define OUTBOX_RESPONSE_READ	(64 * 1024) /* after the headers, framing
+											 * included: read at most, then
+											 * hang up */
+#define OUTBOX_RESPONSE_HEADERS (64 * 1024) /* the header lines of every
+											 * response, 1xx included */
+#define OUTBOX_RESPONSE_FRAMING (16 * 1024) /* chunk sizes, extensions and
+											 * trailers */
+
+struct HttpPool;
 
 /*
  * One request.  The caller fills the inputs and keeps url, body and the
@@ -40,11 +55,21 @@ typedef struct HttpRequest
 	double		duration_ms;
 	char		response[OUTBOX_RESPONSE_KEEP + 1];
 	size_t		response_len;
-	size_t		response_read;
+	size_t		response_read;	/* bytes after the headers, framing too */
+	bool		response_cut;	/* the body was longer than what is kept */
 	char		delivery[32];	/* webhook-delivery response header */
 	char		retry_after[64];	/* Retry-After response header */
 
+	/* the bounds on what the response sends (http.c) */
+	size_t		headers_read;	/* header bytes, every response */
+	size_t		framing_read;	/* chunk framing bytes */
+	bool		chunked;		/* the response is chunked */
+	int			chunk_state;	/* where the chunk decoder is */
+	uint64		chunk_left;		/* bytes of the current chunk to come */
+	const char *exceeded;		/* the bound broken, or NULL */
+
 	CURL	   *easy;
+	struct HttpPool *pool;		/* the multi handle it was added to */
 	dlist_node	node;			/* in the in-flight list */
 } HttpRequest;
 

@@ -450,7 +450,7 @@ redact(HttpRequest *req, const char *value, size_t len, bool truncated)
 static void
 redact_response(const RelayEndpoint *ep, HttpRequest *req)
 {
-	bool		truncated = req->response_read > req->response_len;
+	bool		truncated = req->response_cut;
 	const char *lines = ep->headers;
 	const char *name;
 	const char *value;

@@ -77,6 +77,7 @@ typedef struct WireResult
 	double		duration_ms;
 	uint64		response_len;
 	uint64		response_read;
+	bool		response_cut;
 	char		error[CURL_ERROR_SIZE];
 	char		response[OUTBOX_RESPONSE_KEEP + 1];
 	char		delivery[32];
@@ -435,6 +436,7 @@ poll_senders(void)
 			req->duration_ms = w.duration_ms;
 			req->response_len = w.response_len;
 			req->response_read = w.response_read;
+			req->response_cut = w.response_cut;
 			strlcpy(req->error, w.error, sizeof(req->error));
 			strlcpy(req->response, w.response, sizeof(req->response));
 			strlcpy(req->delivery, w.delivery, sizeof(req->delivery));
@@ -547,6 +549,7 @@ result_message(MemoryContext cxt, Received *r)
 	w.duration_ms = r->req.duration_ms;
 	w.response_len = r->req.response_len;
 	w.response_read = r->req.response_read;
+	w.response_cut = r->req.response_cut;
 	strlcpy(w.error, r->req.error, sizeof(w.error));
 	strlcpy(w.response, r->req.response, sizeof(w.response));
 	strlcpy(w.delivery, r->req.delivery, sizeof(w.delivery));
@@ -598,6 +601,7 @@ outbox_sender_main(Datum arg)
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
 			http_configure(outbox_max_concurrency);
+			ereport(LOG, (errmsg("outbox sender %d reloaded its configuration", index + 1)));
 		}
 
 		for (;;)

@@ -1,5 +1,7 @@
-# A hostile receiver: endpoints that refuse, reset, stall, drip, flood,
-# redirect, throttle, vanish or do not speak HTTP.  Each case is one
+# A hostile receiver: endpoints that refuse, reset, stall, drip, flood
+# (bodies, headers, 1xx responses, chunk framing), redirect, throttle,
+# vanish or do not speak HTTP, and endpoints that never answer beside a
+# healthy one on the same host.  Each case is one
 # endpoint of t/hostile_receiver.py (the URL path picks the misbehaviour).
 # After each, the relay is the same process and still delivers promptly to
 # a well-behaved endpoint (t/webhook_receiver.py) an event emitted after the
@@ -20,14 +22,18 @@ my $node = outbox_node('hostile', conf => "outbox.retry_schedule = '1h'\n");
 my ($good_url, $good_log, $good_rx) = start_receiver();
 my ($good_port) = $good_url =~ /:(\d+)$/;
 
-# The hostile receiver.
-my $hdir = PostgreSQL::Test::Utils::tempdir();
-my $hlog = "$hdir/hostile.jsonl";
-my $hostile_rx = IPC::Run::start([ 'python3', "$FindBin::Bin/hostile_receiver.py",
-	'--log', $hlog, '--port-file', "$hdir/port" ]);
-for (my $i = 0; $i < 100 && !-e "$hdir/port"; $i++) { usleep(100_000); }
-die 'hostile receiver did not start' unless -e "$hdir/port";
-my $hurl = 'http://127.0.0.1:' . PostgreSQL::Test::Utils::slurp_file("$hdir/port");
+# A hostile receiver: (base URL, log path, harness).
+sub start_hostile
+{
+	my $hdir = PostgreSQL::Test::Utils::tempdir();
+	my $hlog = "$hdir/hostile.jsonl";
+	my $rx = IPC::Run::start([ 'python3', "$FindBin::Bin/hostile_receiver.py",
+		'--log', $hlog, '--port-file', "$hdir/port" ]);
+	for (my $i = 0; $i < 100 && !-e "$hdir/port"; $i++) { usleep(100_000); }
+	die 'hostile receiver did not start' unless -e "$hdir/port";
+	return ('http://127.0.0.1:' . PostgreSQL::Test::Utils::slurp_file("$hdir/port"), $hlog, $rx);
+}
+my ($hurl, $hlog, $hostile_rx) = start_hostile();
 
 # A port nobody listens on: bound, then closed.
 my $closed_port;
@@ -172,9 +178,9 @@ ok(wait_received($hlog, sub { grep { $_->{path} eq '/silent' && $_->{client_clos
 	'silent: the relay hung up on it');
 
 ############################################################################
-# Floods: a 100 MB body and endless headers.  Memory stays bounded, the body
-# kept in the attempt log is capped at 512 bytes, and a 200 with a long
-# body is delivered.
+# Floods: a 100 MB body, then (below) headers, 1xx responses and chunk
+# framing.  Memory stays bounded, the body kept in the attempt log is
+# capped at 512 bytes, and a 200 with a long body is delivered.
 ############################################################################
 
 my ($hwm0, $rss0) = memory_kb($pid);
@@ -194,11 +200,64 @@ cmp_ok($hung[0]{hung_up_after}, '<', 100 * 1024 * 1024, 'huge: not all 100 MB we
   if @hung;
 note('huge: the receiver sent ' . ($hung[0]{hung_up_after} // '?') . ' bytes before the relay hung up');
 
-hostile_case('endless_headers', "$hurl/endless_headers", "timeout => '10 seconds'");
-like(attempt('endless_headers', "coalesce(status::text, '-') || ' ' || coalesce(error, '-')"),
-	qr/^\S+ .*(too large|header|timed out)/i,
-	'endless_headers: a transport error (' . attempt('endless_headers', 'error') . ')');
-retried_on_schedule('endless_headers');
+############################################################################
+# Floods that are not a body: header lines (long or short), 1xx responses,
+# a chunk extension without end.  Each is cut at its bound (http.h) long
+# before the endpoint's timeout, and is a transport error that names the
+# bound: the receiver misbehaved, so the event is retried.
+############################################################################
+
+for my $c ([ 'endless_headers', qr/the response's headers .*exceeded 64 kB/ ],
+	[ 'many_headers', qr/the response's headers .*exceeded 64 kB/ ],
+	[ 'continue_flood', qr/the response's headers \(1xx responses included\) exceeded 64 kB/ ],
+	[ 'chunk_ext_flood', qr/the response's chunk framing .*exceeded 16 kB/ ])
+{
+	my ($name, $error) = @$c;
+	hostile_case($name, "$hurl/$name", "timeout => '30 seconds'");
+	like(attempt($name, "coalesce(status::text, '-') || ' ' || coalesce(error, '-')"),
+		qr/^- $error/, "$name: a transport error that names the bound (" . attempt($name, 'error') . ')');
+	cmp_ok(attempt($name, 'duration_ms'), '<', 10000,
+		"$name: cut at the bound, not at the endpoint's 30 s timeout");
+	retried_on_schedule($name);
+}
+
+# Two chunk-extension floods open at once beside a healthy endpoint with a
+# backlog: the floods are cut, and the backlog arrives.
+sql(q{SELECT outbox.create_endpoint('ext_pair', '} . $hurl . q{/chunk_ext_flood', '{pair.*}', timeout => '30 seconds')});
+sql(q{SELECT outbox.emit('pair.flood', '{}') FROM generate_series(1, 2)});
+my @backlog = split /\n/, sql(q{SELECT outbox.emit('good.backlog', jsonb_build_object('i', i)) FROM generate_series(1, 1000) i});
+ok(wait_received($good_log, got_all('/good', @backlog)),
+	'two chunk-extension floods open: the healthy endpoint received its 1000 events');
+ok($node->poll_query_until('postgres', "SELECT count(*) = 2 FROM outbox.attempts WHERE endpoint = 'ext_pair'"),
+	'ext_pair: both attempts recorded');
+is(sql("SELECT count(*) FROM outbox.attempts WHERE endpoint = 'ext_pair'
+         AND error LIKE '%chunk framing%exceeded 16 kB' AND duration_ms < 10000"), '2',
+	'ext_pair: both floods were cut at the framing bound, not at the timeout');
+
+############################################################################
+# Chunked bodies that never end: one fast (read up to 64 kB, then hung up
+# on; the status counts, as for any long body, and the body kept in the
+# attempt log is decoded), one a chunk at a time (the endpoint's timeout
+# ends it).
+############################################################################
+
+hostile_case('chunked_endless', "$hurl/chunked_endless", "timeout => '30 seconds'");
+is(attempt('chunked_endless', "status || ' ' || coalesce(error, '-')"), '200 -',
+	'chunked_endless: 200, no error');
+{
+	my $data = substr('DECODED-' . ('0123456789abcdef' x 8), 0, 100);
+	is(attempt('chunked_endless', 'response'), substr($data x 6, 0, 512),
+		'chunked_endless: the 512 bytes kept are the decoded body, without the chunk framing');
+}
+ok(wait_received($hlog, sub { grep { $_->{path} eq '/chunked_endless' && exists $_->{hung_up_after} } @_ }),
+	'chunked_endless: the relay hung up');
+
+hostile_case('chunked_drip', "$hurl/chunked_drip", "timeout => '2 seconds'");
+like(attempt('chunked_drip', "coalesce(status::text, '-') || ' ' || error"),
+	qr/^- .*timed out/i, 'chunked_drip: a timeout error, no status');
+cmp_ok(attempt('chunked_drip', 'duration_ms'), '>=', 1900, "chunked_drip: it lasted the endpoint's timeout");
+cmp_ok(attempt('chunked_drip', 'duration_ms'), '<', 10000, 'chunked_drip: and not much longer');
+retried_on_schedule('chunked_drip');
 
 my ($hwm1, $rss1) = memory_kb($pid);
 note("relay memory after the floods: VmHWM $hwm1 kB, VmRSS $rss1 kB");
@@ -265,12 +324,13 @@ SELECT NOT EXISTS (SELECT FROM outbox.retries r JOIN outbox.endpoints e ON e.id 
 # webhook-id.  (An attempt that failed after a "200" status line is a
 # failure like any other: it must not count as delivered later.)
 for my $name (qw(refused nxdomain reset_status reset_headers reset_body garbage silent drip
-	endless_headers redirect301 redirect302 retry_after429 retry_after503 retry_after_absurd))
+	endless_headers many_headers continue_flood chunk_ext_flood chunked_drip redirect301 redirect302 retry_after429 retry_after503 retry_after_absurd))
 {
 	is(sql("SELECT string_agg(attempt::text, ',' ORDER BY attempt) FROM outbox.attempts WHERE endpoint = '$name'"),
 		'1,2', "$name: attempted a second time");
 }
-for my $name (qw(reset_status reset_headers reset_body garbage endless_headers))
+for my $name (qw(reset_status reset_headers reset_body garbage endless_headers many_headers
+	continue_flood chunk_ext_flood chunked_drip))
 {
 	my $twice = sub {
 		(grep { $_->{path} eq "/$name" && ($_->{headers}{'webhook-id'} // '') eq $id{$name} } @_) == 2;
@@ -280,6 +340,35 @@ for my $name (qw(reset_status reset_headers reset_body garbage endless_headers))
 		  && wait_received($hlog, $twice),
 		"$name: the receiver got the event a second time");
 }
+############################################################################
+# Never-answering endpoints beside a healthy one on the same host and port
+# (a receiver of their own, to which no connection is open yet).  Each
+# request gets a connection of its own at once: the healthy endpoint's
+# events arrive while the never-answering requests still hang, and none
+# waits for another endpoint's connection.
+############################################################################
+
+my ($iso_url, $iso_log, $iso_rx) = start_hostile();
+for my $name (qw(never_a never_b))
+{
+	sql("SELECT outbox.create_endpoint('$name', '$iso_url/silent', '{iso.silent}', timeout => '30 seconds')");
+}
+sql(q{SELECT outbox.emit('iso.silent', jsonb_build_object('i', i)) FROM generate_series(1, 3) i});
+ok(wait_received($iso_log, sub { grep { $_->{path} eq '/silent' } @_ }),
+	'a never-answering request holds a connection to the receiver');
+sql("SELECT outbox.create_endpoint('beside', '$iso_url/ok', '{iso.ok}')");
+my @beside = split /\n/, sql(q{SELECT outbox.emit('iso.ok', jsonb_build_object('i', i)) FROM generate_series(1, 20) i});
+ok($node->poll_query_until('postgres', "SELECT count(*) = 20 FROM outbox.attempts WHERE endpoint = 'beside'"),
+	'beside: 20 attempts recorded');
+is(sql("SELECT count(*) FILTER (WHERE status = 200) || ' ' || count(*) FILTER (WHERE error IS NOT NULL)
+          FROM outbox.attempts WHERE endpoint = 'beside'"),
+	'20 0', 'beside: all 20 delivered, none failed');
+is(sql("SELECT count(*) FROM outbox.attempts WHERE endpoint IN ('never_a', 'never_b')"), '0',
+	'beside: delivered while the never-answering requests still hang');
+ok(wait_received($iso_log, got_all('/ok', @beside)), 'beside: the receiver got the 20 events');
+ok(wait_received($iso_log, sub { (grep { $_->{path} eq '/silent' } @_) == 6 }),
+	'the 6 never-answering requests (two endpoints, 3 each) all reached the receiver');
+
 is(relay_pid(), $pid, 'the relay is still the same process');
 my ($hwm2) = memory_kb($pid);
 cmp_ok($hwm2 - $hwm0, '<', 20 * 1024, 'peak memory still bounded after the second round');
@@ -291,4 +380,5 @@ unlike(PostgreSQL::Test::Utils::slurp_file($node->logfile), qr/terminated by sig
 $node->stop;
 $good_rx->kill_kill;
 $hostile_rx->kill_kill;
+$iso_rx->kill_kill;
 done_testing();

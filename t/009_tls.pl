@@ -105,6 +105,36 @@ my $id2 = sql(q{SELECT outbox.emit('tls.event', '{"n": 2}')});
 ok(wait_received($log, sub { grep { $_->{headers}{'webhook-id'} eq $id2 } @_ }),
 	'a new event is delivered over https');
 
+# The CA file rewritten in place with another CA, and a reload: the
+# connection kept alive from before (verified against the old CA) is
+# closed, and the next event is refused.
+openssl('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '2',
+	'-subj', '/CN=outbox other CA', '-keyout', "$dir/ca2.key", '-out', "$dir/ca2.crt",
+	'-addext', 'basicConstraints=critical,CA:TRUE',
+	'-addext', 'keyUsage=critical,keyCertSign,cRLSign');
+PostgreSQL::Test::Utils::append_to_file("$dir/ca.new", PostgreSQL::Test::Utils::slurp_file("$dir/ca2.crt"));
+chmod 0644, "$dir/ca.new";
+{
+	# The same name and file (inode): only what is in it changes.
+	open(my $fh, '+<', "$dir/ca.crt") or die "cannot open $dir/ca.crt: $!";
+	print $fh PostgreSQL::Test::Utils::slurp_file("$dir/ca.new");
+	truncate($fh, tell($fh));
+	close $fh;
+}
+$offset = -s $node->logfile;
+sql('SELECT pg_reload_conf()');
+$node->wait_for_log(qr/outbox relay reloaded its configuration/, $offset);
+my $id3 = sql(q{SELECT outbox.emit('tls.event', '{"n": 3}')});
+ok($node->poll_query_until('postgres',
+	"SELECT count(*) >= 1 FROM outbox.attempts WHERE endpoint = 'tls' AND event_id = '$id3'"),
+	'CA file rewritten: the next event was attempted');
+like(sql("SELECT coalesce(status::text, '-') || ' ' || error FROM outbox.attempts
+           WHERE endpoint = 'tls' AND event_id = '$id3' ORDER BY at LIMIT 1"),
+	qr/^- .*(SSL certificate problem|certificate verify failed)/,
+	'CA file rewritten: refused, the certificate is checked against the new CA');
+is(scalar(grep { $_->{headers}{'webhook-id'} eq $id3 } received($log)), 0,
+	'CA file rewritten: the receiver did not get it on the old connection');
+
 $node->stop;
 $rx->kill_kill;
 $other_rx->kill_kill;

@@ -12,6 +12,15 @@ serves many endpoints at once:
   /drip            answer a valid 200 one byte a second
   /huge            answer 200 with a 100 MB body (as fast as it is read)
   /endless_headers answer a status line, then header lines without end
+  /many_headers    the same with short lines ("X: y")
+  /continue_flood  answer "100 Continue" responses without end
+  /chunk_ext_flood answer 200 chunked, then a chunk size followed by a
+                   chunk extension without end ("2;aaaa...")
+  /chunked_endless answer 200 chunked, 100-byte chunks (each with an
+                   extension) without end, as fast as they are read
+  /chunked_drip    answer 200 chunked, a one-byte chunk every 0.2 s without
+                   end
+  /ok              answer 200 "ok" and keep the connection open for more
   /garbage         answer a line of garbage instead of a status line
   /status/N        answer status N with an empty body; the query may add
                    retry_after=S (Retry-After: S) and location=URL
@@ -104,6 +113,42 @@ def endless_headers():
         yield line * 64
 
 
+def continue_flood():
+    while True:
+        yield b"HTTP/1.1 100 Continue\r\n\r\n" * 256
+
+
+def many_headers():
+    yield b"HTTP/1.1 200 OK\r\n"
+    while True:
+        yield b"X: y\r\n" * 1024
+
+
+CHUNKED_HEAD = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
+def chunk_ext_flood():
+    yield CHUNKED_HEAD + b"2;"
+    while True:
+        yield b"a" * 65536
+
+
+def chunked_endless():
+    yield CHUNKED_HEAD
+    # The body kept in the attempt log starts with these bytes.
+    data = (b"DECODED-" + b"0123456789abcdef" * 8)[:100]
+    chunk = b"%x;x=y\r\n%s\r\n" % (len(data), data)
+    while True:
+        yield chunk
+
+
+def chunked_drip():
+    yield CHUNKED_HEAD
+    while True:
+        yield b"1\r\nx\r\n"
+        time.sleep(0.2)
+
+
 def handle(conn):
     try:
         req = read_request(conn)
@@ -151,6 +196,22 @@ def handle(conn):
             conn.close()
         elif mode[0] == "endless_headers":
             send_counting(conn, path, endless_headers())
+            conn.close()
+        elif mode[0] in ("many_headers", "continue_flood", "chunk_ext_flood",
+                         "chunked_endless", "chunked_drip"):
+            flood = globals()[mode[0]]
+            if send_counting(conn, path, flood()):
+                log({"path": path, "sent_all": True})
+            conn.close()
+        elif mode[0] == "ok":
+            while True:
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                req = read_request(conn)
+                if req is None:
+                    break
+                method, target, headers, body = req
+                log({"t": time.time(), "path": urlsplit(target).path,
+                     "method": method, "headers": headers, "body": body})
             conn.close()
         elif mode[0] == "garbage":
             conn.sendall(b"SURELY NOT HTTP \x00\x01\x02 <html>\r\n\r\n")

@@ -121,9 +121,10 @@ chmod 0644, "$dir/ca.new";
 	truncate($fh, tell($fh));
 	close $fh;
 }
-$offset = -s $node->logfile;
+my $offset = -s $node->logfile;
 sql('SELECT pg_reload_conf()');
-$node->wait_for_log(qr/outbox relay reloaded its configuration/, $offset);
+ok($node->wait_for_log(qr/outbox relay reloaded its configuration/, $offset),
+	'CA file rewritten: the relay reloaded its configuration');
 my $id3 = sql(q{SELECT outbox.emit('tls.event', '{"n": 3}')});
 ok($node->poll_query_until('postgres',
 	"SELECT count(*) >= 1 FROM outbox.attempts WHERE endpoint = 'tls' AND event_id = '$id3'"),

@@ -11,7 +11,11 @@
 #include "relay.h"
 
 /* The version of the extension's SQL this library works with. */
-#define OUTBOX_VERSION "1.1"
+#define OUTBOX_VERSION "1.2"
+
+/* The bounds of an endpoint's timeout (outbox._check_endpoint_settings). */
+#define OUTBOX_MIN_TIMEOUT_MS	1000
+#define OUTBOX_MAX_TIMEOUT_MS	300000
 
 extern bool store_extension_present(void);
 extern bool store_extension_ready(void);

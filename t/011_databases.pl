@@ -173,7 +173,7 @@ CREATE EXTENSION outbox;
 SELECT outbox.create_endpoint('$ep_of{$db}', '$url/$ep_of{$db}', '{$ep_of{$db}.*}');});
 }
 $node->wait_for_log(
-	qr/WARNING:  outbox relay does not serve database "v10": its outbox is version 1\.0, this library serves 1\.1/,
+	qr/WARNING:  outbox relay does not serve database "v10": its outbox is version 1\.0, this library serves 1\.2/,
 	$offset);
 ok(1, 'v10: the relay warned that its outbox is version 1.0');
 my %first;
@@ -186,7 +186,7 @@ for my $db (sort keys %ep_of)
 ok( $node->poll_query_until('postgres', q{
 SELECT string_agg(database, ' ' ORDER BY database) = 'db1 dropme failed limited movedb postgres renme tmpl'
   FROM outbox.relay_stats}),
-	'relay_stats: a relay in each database with outbox 1.1, none in v10');
+	'relay_stats: a relay in each database with outbox 1.2, none in v10');
 
 ########################################################################
 # From here until CREATE EXTENSION commits again nothing asks the launcher
@@ -363,7 +363,7 @@ ok(wait_received($log, got_all('/db1-again', @db1_again)), 'db1: delivery again'
 my $t_update = time();
 $node->safe_psql('v10', 'ALTER EXTENSION outbox UPDATE');
 is($node->safe_psql('v10', "SELECT extversion FROM pg_extension WHERE extname = 'outbox'"),
-	'1.1', 'v10 updated to 1.1');
+	'1.2', 'v10 updated to 1.2');
 $node->wait_for_log(qr/LOG:  outbox relay started for database "v10"/, $offset);
 ok(1, 'v10: a relay started after ALTER EXTENSION UPDATE');
 ok(wait_received($log, got_all('/v10', @v10)), 'v10: events emitted under 1.0 delivered after the update');

@@ -117,9 +117,23 @@ SELECT try($$SELECT outbox.emit('a', '1', key => '')$$) AS empty_key;
 SELECT try(format('SELECT outbox.emit(%L, %L, key => %L)', 'a', '1', repeat('k', 1025))) AS key_1025;
 SELECT try(format('SELECT outbox.emit(%L, %L, key => %L)', 'a', '1', repeat('é', 513))) AS key_1026_bytes;
 
--- deliver_at must be finite.
+-- deliver_at must be finite, and at most 3650 days after now(): the
+-- largest timestamp there is, a millisecond Unix time read as seconds, and
+-- a day past the limit.
 SELECT try($$SELECT outbox.emit('a', '1', deliver_at => 'infinity')$$) AS deliver_infinity;
 SELECT try($$SELECT outbox.emit('a', '1', deliver_at => '-infinity')$$) AS deliver_minus_infinity;
+SELECT try($$SELECT outbox.emit('app.later', '{}', deliver_at => '294276-12-31 23:59:59+00')$$) AS deliver_294276;
+SELECT try($$SELECT outbox.emit('a', '1', deliver_at => to_timestamp(1767225600000))$$) AS deliver_ms_as_s;
+SELECT try($$SELECT outbox.emit('a', '1', deliver_at => now() + interval '3651 days')$$) AS deliver_3651_days;
+
+-- Headers count towards outbox.max_payload_size with the payload: each
+-- fits alone, not together.
+SET outbox.max_payload_size = '16kB';
+SELECT try(format('SELECT outbox.emit(%L, %L, headers => %L)', 'a', to_jsonb(repeat('p', 10000)),
+                  jsonb_build_object('X-A', repeat('h', 8000)))) AS payload_and_headers;
+SELECT try(format('SELECT outbox.emit(%L, %L, headers => %L)', 'a', '1',
+                  (SELECT jsonb_object_agg('X-' || i, repeat('h', 8000)) FROM generate_series(1, 3) i))) AS headers_alone;
+RESET outbox.max_payload_size;
 
 -- Bad dedupe key: empty or longer than 1024 bytes.
 SELECT try($$SELECT outbox.emit('a', '1', dedupe_key => '')$$) AS empty_dedupe_key;
@@ -142,6 +156,8 @@ SELECT pg_column_size(to_jsonb(repeat('x', 1016))) - 4 AS stored_bytes,
 COMMIT;
 SELECT outbox.emit('a', '1', headers => (SELECT jsonb_object_agg('X-' || i, 'v')
                                            FROM generate_series(1, 64) i)) IS NOT NULL AS headers_64;
+-- A deliver_at just inside the limit.
+SELECT outbox.emit('a', '1', deliver_at => now() + interval '3650 days') IS NOT NULL AS deliver_3650_days;
 
 --------------------------------------------------------------------------
 -- Dedupe keys

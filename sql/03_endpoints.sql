@@ -134,6 +134,16 @@ SELECT t AS timeout, try(format('SELECT outbox.create_endpoint(%L, %L, timeout =
                                 'ep-to-' || n, 'https://example.com/', t)) AS result
   FROM unnest(ARRAY['1 second', '5 minutes', '999 milliseconds', '5 minutes 1 second',
                     '0', '-10 seconds', '1 day', '1 month']) WITH ORDINALITY AS u(t, n);
+-- The bound holds for the milliseconds the relay uses, not only for the
+-- interval comparison (which counts a year as 360 days, where
+-- extract(epoch) takes 365.25): the first two compare as 10 seconds but
+-- last 453,610 seconds, or -453,590; the third means 10 seconds either way.
+SELECT t AS timeout, try(format('SELECT outbox.create_endpoint(%L, %L, timeout => %L)',
+                                'ep-tb-' || n, 'https://example.com/', t)) AS result
+  FROM unnest(ARRAY['1 year -360 days 10 seconds', '-1 year 360 days 10 seconds',
+                    '1 month -30 days 10 seconds', '12 months -365 days 10 seconds']) WITH ORDINALITY AS u(t, n);
+SELECT try($$SELECT outbox.alter_endpoint('ep-to-1', timeout => '1 year -360 days 10 seconds')$$) AS alter_bypass;
+SELECT outbox._timeout_ms(timeout) AS timeout_ms FROM outbox.endpoints WHERE name = 'ep-to-1';
 SELECT m AS max_attempts, try(format('SELECT outbox.create_endpoint(%L, %L, max_attempts => %s)',
                                      'ep-ma-' || n, 'https://example.com/', m)) AS result
   FROM unnest(ARRAY[1, 100, 0, 101, -1]) WITH ORDINALITY AS u(m, n);

@@ -142,7 +142,7 @@ SELECT c AS call, try(c) AS result
          $$UPDATE outbox.endpoints SET url = 'https://attacker.example/'$$,
          $$INSERT INTO outbox.endpoints (name, url, event_types) VALUES ('x', 'https://attacker.example/', '{*}')$$,
          $$DELETE FROM outbox.endpoints$$,
-         $$SELECT outbox._read_page(1, 10, false)$$,
+         $$SELECT outbox._read_page(1, 10, false, 1000)$$,
          $$SELECT outbox._record(1, NULL, 0, false, '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', NULL)$$,
          $$SELECT outbox.verify_signature('whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw', 'm', 1, 'b', 'v1,x')$$
        ]) AS c;

@@ -84,3 +84,41 @@ SELECT pg_temp.outbox_fingerprint() = :'fresh' AS same_as_fresh_install;
 \c :regress_db
 DROP DATABASE outbox_upgrade;
 DROP ROLE outbox_upgrade_monitor;
+
+-- The same from 1.1, with what 1.2 changes in use: an event the relay
+-- deferred to a later deliver_at (a retry of attempts 0), one that failed,
+-- and an endpoint whose timeout passed 1.1's check as an interval only.
+CREATE DATABASE outbox_upgrade_11;
+\c outbox_upgrade_11
+:fingerprint_function;
+
+CREATE EXTENSION outbox VERSION '1.1';
+SELECT extversion FROM pg_extension WHERE extname = 'outbox';
+SELECT outbox.create_endpoint('up', 'https://example.com/hook', timeout => '1 year -360 days 10 seconds',
+                              secret => 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw') AS secret;
+SELECT outbox.emit('order.created', jsonb_build_object('n', n),
+                   deliver_at => CASE WHEN n = 1 THEN now() + interval '30 days' END) IS NOT NULL AS emitted
+  FROM generate_series(1, 2) n;
+INSERT INTO outbox.retries (endpoint_id, id, event_id, key, attempts, next_at)
+SELECT 1, e.id, e.event_id, e.key, CASE WHEN e.deliver_at IS NULL THEN 1 ELSE 0 END,
+       coalesce(e.deliver_at, now() - interval '1 second')
+  FROM outbox.events e;
+
+ALTER EXTENSION outbox UPDATE;
+SELECT extversion FROM pg_extension WHERE extname = 'outbox';
+
+-- The retries are still owed, the one due can be read, and rotation would
+-- set the deferred one aside and keep the failed one.
+SELECT name, events_waiting, in_retry FROM outbox.endpoint_status;
+SELECT attempts, body ~ '"data":\{"n": 2\}' AS second_event
+  FROM outbox._read_due(1, 10, false, 1048576);
+SELECT outbox._set_aside(cur_slot) FROM outbox.queue;
+SELECT d.payload, r.attempts FROM outbox.delayed d JOIN outbox.retries r USING (id);
+SELECT outbox._slot_owed(cur_slot) AS slot_still_owed FROM outbox.queue;
+-- The stored timeout is left as it is; the relay holds it to 5 minutes.
+SELECT outbox._timeout_ms(timeout) AS stored_timeout_ms FROM outbox.endpoints;
+
+SELECT pg_temp.outbox_fingerprint() = :'fresh' AS same_as_fresh_install;
+
+\c :regress_db
+DROP DATABASE outbox_upgrade_11;

@@ -20,7 +20,6 @@
  */
 #include "postgres.h"
 
-#include "access/detoast.h"
 #include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
@@ -207,7 +206,7 @@ emit(PG_FUNCTION_ARGS)
 				 errmsg("payload must not be NULL"),
 				 errhint("Use 'null'::jsonb for a JSON null.")));
 	{
-		Size		size = toast_raw_datum_size(PG_GETARG_DATUM(1)) - VARHDRSZ;
+		Size		size = outbox_jsonb_raw_size(PG_GETARG_DATUM(1));
 
 		if (size > (Size) outbox_max_payload_size)
 			ereport(ERROR,
@@ -219,11 +218,36 @@ emit(PG_FUNCTION_ARGS)
 
 	check_text_arg(fcinfo, 2, "key");
 	if (!PG_ARGISNULL(3))
+	{
+		Size		payload_size = outbox_jsonb_raw_size(PG_GETARG_DATUM(1));
+		Size		headers_size = outbox_jsonb_raw_size(PG_GETARG_DATUM(3));
+
 		outbox_check_header_object(PG_GETARG_JSONB_P(3), "event headers");
-	if (!PG_ARGISNULL(4) && TIMESTAMP_NOT_FINITE(PG_GETARG_TIMESTAMPTZ(4)))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("deliver_at must be a finite timestamp")));
+		/* Headers travel with the payload: one limit covers both. */
+		if (payload_size + headers_size > (Size) outbox_max_payload_size)
+			ereport(ERROR,
+					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+					 errmsg("event payload is too large"),
+					 errdetail("The payload has %zu bytes and its headers %zu; together they may have at most outbox.max_payload_size, %d.",
+							   payload_size, headers_size, outbox_max_payload_size)));
+	}
+	if (!PG_ARGISNULL(4))
+	{
+		TimestampTz deliver_at = PG_GETARG_TIMESTAMPTZ(4);
+		TimestampTz now = GetCurrentTransactionStartTimestamp();
+
+		if (TIMESTAMP_NOT_FINITE(deliver_at))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("deliver_at must be a finite timestamp")));
+		/* Both finite: the difference cannot overflow. */
+		if (deliver_at - now > (int64) OUTBOX_MAX_DELAY_DAYS * USECS_PER_DAY)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("deliver_at is too far in the future"),
+					 errdetail("deliver_at may be at most %d days (about ten years) after the transaction's start; %s is later.",
+							   OUTBOX_MAX_DELAY_DAYS, timestamptz_to_str(deliver_at))));
+	}
 	check_text_arg(fcinfo, 5, "dedupe_key");
 
 	event_id = palloc(sizeof(pg_uuid_t));

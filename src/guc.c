@@ -32,6 +32,7 @@ int			outbox_poll_interval = 1000;
 int			outbox_max_concurrency = 64;
 int			outbox_endpoint_concurrency = 32;
 int			outbox_batch_size = 500;
+int			outbox_batch_bytes = 4 * 1024 * 1024;
 char	   *outbox_retry_schedule = NULL;
 RetrySchedule outbox_schedule;
 int			outbox_disable_after = 5 * 86400;
@@ -94,8 +95,8 @@ void
 outbox_guc_init(void)
 {
 	DefineCustomIntVariable("outbox.max_payload_size",
-							"Largest event payload emit() accepts.",
-							"Measured as the size of the stored jsonb value.",
+							"Largest event payload, with its headers, emit() accepts.",
+							"Measured as the size of the stored jsonb values, uncompressed.",
 							&outbox_max_payload_size,
 							1024 * 1024, 1, MaxAllocSize / 2,
 							PGC_SUSET, GUC_UNIT_BYTE,
@@ -155,6 +156,21 @@ outbox_guc_init(void)
 							&outbox_batch_size,
 							500, 1, 100000,
 							PGC_SIGHUP, 0,
+							NULL, NULL, NULL);
+
+	/*
+	 * A page's events are held in the relay's memory while they are sent
+	 * (their bodies, and a copy while they are read), per endpoint a page of
+	 * new events and one of due retries: the budget bounds that memory by
+	 * bytes too, whatever the payloads weigh.  A page ends after the event
+	 * that reaches it, so one event larger than the budget is still sent.
+	 */
+	DefineCustomIntVariable("outbox.batch_bytes",
+							"Most payload and header bytes the relay reads for one endpoint at a time.",
+							"A page ends after the event that reaches this size; it always holds one event.",
+							&outbox_batch_bytes,
+							4 * 1024 * 1024, 64 * 1024, MaxAllocSize / 2,
+							PGC_SIGHUP, GUC_UNIT_BYTE,
 							NULL, NULL, NULL);
 
 	DefineCustomStringVariable("outbox.retry_schedule",

@@ -19,6 +19,7 @@ extern int	outbox_poll_interval;
 extern int	outbox_max_concurrency;
 extern int	outbox_endpoint_concurrency;
 extern int	outbox_batch_size;
+extern int	outbox_batch_bytes;
 extern char *outbox_retry_schedule;
 extern RetrySchedule outbox_schedule;
 extern int	outbox_disable_after;

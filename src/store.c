@@ -27,6 +27,7 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
+#include "guc.h"
 #include "spi_plan.h"
 #include "store.h"
 
@@ -121,7 +122,7 @@ store_load_endpoints(HTAB *endpoints, MemoryContext cxt)
 		endpoints_plan = outbox_prepare_kept(
 								 "SELECT e.id, e.name, e.url, "
 								 "  array_to_string(outbox._header_lines(e.headers), E'\\n'), "
-								 "  (extract(epoch FROM e.timeout) * 1000)::bigint, e.max_attempts, e.ordered, "
+								 "  outbox._timeout_ms(e.timeout), e.max_attempts, e.ordered, "
 								 "  NOT e.paused AND e.disabled_at IS NULL, s.secret, "
 								 "  CASE WHEN s.previous_expires_at > now() THEN s.previous_secret END "
 								 "FROM outbox.endpoints e JOIN outbox.endpoint_secrets s ON s.endpoint_id = e.id",
@@ -168,7 +169,13 @@ store_load_endpoints(HTAB *endpoints, MemoryContext cxt)
 		ep->url = pstrdup(col_text(tup, desc, 3));
 		ep->headers = pstrdup(col_text(tup, desc, 4));
 		MemoryContextSwitchTo(old);
+		/*
+		 * Within the bounds create_endpoint() checks: an endpoint stored
+		 * before 1.2 may hold a timeout that passed the interval comparison
+		 * but not as milliseconds ('1 year -360 days 10 seconds').
+		 */
 		ep->timeout_ms = DatumGetInt64(col_datum(tup, desc, 5, &isnull));
+		ep->timeout_ms = Min(Max(ep->timeout_ms, OUTBOX_MIN_TIMEOUT_MS), OUTBOX_MAX_TIMEOUT_MS);
 		ep->max_attempts = DatumGetInt32(col_datum(tup, desc, 6, &isnull));
 		ep->ordered = DatumGetBool(col_datum(tup, desc, 7, &isnull));
 		ep->active = DatumGetBool(col_datum(tup, desc, 8, &isnull));
@@ -262,7 +269,8 @@ link_same_key(Batch *b)
 }
 
 /*
- * Run a read plan (page or due retries) for ep and copy what both return
+ * Run a read plan (page or due retries) for ep, at most limit events and
+ * about outbox.batch_bytes of payload and headers, and copy what both return
  * into a new batch under parent: id, event_id, key, body, header_lines
  * and delivered.  NULL when it returned nothing.  The caller reads its
  * own columns from SPI_tuptable afterwards.
@@ -271,7 +279,7 @@ static Batch *
 read_batch(SPIPlanPtr plan, RelayEndpoint *ep, bool is_page, int limit, bool verify,
 		   MemoryContext parent)
 {
-	Datum		args[3];
+	Datum		args[4];
 	int			rc;
 	Batch	   *b;
 	MemoryContext old;
@@ -286,6 +294,7 @@ read_batch(SPIPlanPtr plan, RelayEndpoint *ep, bool is_page, int limit, bool ver
 	args[0] = Int32GetDatum(ep->id);
 	args[1] = Int32GetDatum(limit);
 	args[2] = BoolGetDatum(verify);
+	args[3] = Int64GetDatum((int64) outbox_batch_bytes);
 	rc = SPI_execute_plan(plan, args, NULL, !is_page, 0);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "reading events failed: %s", SPI_result_code_string(rc));
@@ -332,13 +341,15 @@ store_read_page(RelayEndpoint *ep, int limit, MemoryContext parent)
 	TupleDesc	desc;
 	int			c_deliver_at,
 				c_blocked;
+	bool		bytes_cut;
+	bool		cut_null;
 
 	if (page_plan == NULL)
 	{
-		Oid			types[3] = {INT4OID, INT4OID, BOOLOID};
+		Oid			types[4] = {INT4OID, INT4OID, BOOLOID, INT8OID};
 
-		page_plan = outbox_prepare_kept("SELECT id, event_id, deliver_at, key, body, header_lines, batch, blocked, delivered "
-							"FROM outbox._read_page($1, $2, $3)", 3, types);
+		page_plan = outbox_prepare_kept("SELECT id, event_id, deliver_at, key, body, header_lines, batch, blocked, delivered, bytes_cut "
+										"FROM outbox._read_page($1, $2, $3, $4)", 4, types);
 	}
 	b = read_batch(page_plan, ep, true, limit, ep->verify_page, parent);
 	if (b == NULL)
@@ -368,7 +379,12 @@ store_read_page(RelayEndpoint *ep, int limit, MemoryContext parent)
 	}
 	link_same_key(b);
 	b->last_id = b->d[b->n - 1].id;
-	b->batch_done = b->n < limit;
+	/* A page that the byte budget ended is no sign the batch is done. */
+	bytes_cut = DatumGetBool(col_datum(SPI_tuptable->vals[b->n - 1], desc,
+									   SPI_fnumber(desc, "bytes_cut"), &cut_null));
+	b->batch_done = b->n < limit && !bytes_cut;
+	/* Copied: SPI's copy goes now, not with the round's last read. */
+	SPI_freetuptable(SPI_tuptable);
 	return b;
 }
 
@@ -384,10 +400,10 @@ store_read_due(RelayEndpoint *ep, int limit, MemoryContext parent)
 
 	if (due_plan == NULL)
 	{
-		Oid			types[3] = {INT4OID, INT4OID, BOOLOID};
+		Oid			types[4] = {INT4OID, INT4OID, BOOLOID, INT8OID};
 
 		due_plan = outbox_prepare_kept("SELECT id, event_id, attempts, key, body, header_lines, delivered "
-						   "FROM outbox._read_due($1, $2, $3)", 3, types);
+									   "FROM outbox._read_due($1, $2, $3, $4)", 4, types);
 	}
 	b = read_batch(due_plan, ep, false, limit, ep->verify_due, parent);
 	if (b == NULL)
@@ -401,6 +417,7 @@ store_read_due(RelayEndpoint *ep, int limit, MemoryContext parent)
 		b->d[i].attempt = DatumGetInt32(col_datum(SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
 												  c_attempts, &isnull)) + 1;
 	}
+	SPI_freetuptable(SPI_tuptable);
 	return b;
 }
 

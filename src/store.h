@@ -18,6 +18,10 @@
 #error "OUTBOX_VERSION is defined by the Makefile, from outbox.control"
 #endif
 
+/* The bounds of an endpoint's timeout (outbox._check_endpoint_settings). */
+#define OUTBOX_MIN_TIMEOUT_MS	1000
+#define OUTBOX_MAX_TIMEOUT_MS	300000
+
 extern bool store_extension_present(void);
 extern bool store_extension_ready(void);
 extern void store_rotate(void);

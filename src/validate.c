@@ -2,7 +2,9 @@
  *
  * validate.c
  *	  Checks of user input shared by emit() and the endpoint functions:
- *	  event types, event-type patterns and HTTP header objects.
+ *	  event types, event-type patterns and HTTP header objects; and the
+ *	  size of a jsonb value as emit()'s limit and the relay's page budget
+ *	  count it.
  *
  * Each check raises an ERROR with a SQLSTATE before anything is written;
  * none needs a transaction state beyond the caller's.
@@ -11,6 +13,7 @@
  */
 #include "postgres.h"
 
+#include "access/detoast.h"
 #include "catalog/pg_type.h"
 #include "fmgr.h"
 #include "utils/array.h"
@@ -21,6 +24,7 @@
 
 PG_FUNCTION_INFO_V1(outbox_check_event_types);
 PG_FUNCTION_INFO_V1(outbox_check_headers);
+PG_FUNCTION_INFO_V1(outbox_raw_size);
 
 static inline bool
 type_char(char c)
@@ -249,4 +253,24 @@ outbox_check_headers(PG_FUNCTION_ARGS)
 	headers = PG_GETARG_JSONB_P(0);
 	outbox_check_header_object(headers, "headers");
 	PG_RETURN_JSONB_P(headers);
+}
+
+/*
+ * Bytes of a jsonb datum, uncompressed and without its header, read from
+ * the datum's header or TOAST pointer: nothing is detoasted.
+ */
+Size
+outbox_jsonb_raw_size(Datum value)
+{
+	return toast_raw_datum_size(value) - VARHDRSZ;
+}
+
+/*
+ * outbox._raw_size(jsonb) returns integer: outbox_jsonb_raw_size(), for
+ * the relay's reads (page budget).  A jsonb value is below 1 GB.
+ */
+Datum
+outbox_raw_size(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_INT32((int32) outbox_jsonb_raw_size(PG_GETARG_DATUM(0)));
 }

@@ -696,7 +696,7 @@ header_cb(char *data, size_t size, size_t nmemb, void *userdata)
 {
 	HttpRequest *req = (HttpRequest *) userdata;
 	size_t		n = size * nmemb;
-	char		te[64];
+	char		unused[1];
 
 	req->headers_read += n;
 	if (req->headers_read > OUTBOX_RESPONSE_HEADERS)
@@ -708,19 +708,24 @@ header_cb(char *data, size_t size, size_t nmemb, void *userdata)
 	if (n >= 5 && memcmp(data, "HTTP/", 5) == 0)
 	{
 		req->chunked = false;
+		req->chunk_state = CHUNK_SIZE;
+		req->chunk_left = 0;
 		req->delivery[0] = '\0';
 		req->retry_after[0] = '\0';
 	}
 	take_header(data, n, "webhook-delivery", req->delivery, sizeof(req->delivery));
 	take_header(data, n, "retry-after", req->retry_after, sizeof(req->retry_after));
-	if (take_header(data, n, "transfer-encoding", te, sizeof(te)))
+
+	/*
+	 * libcurl takes a body for chunked when "chunked" stands anywhere in any
+	 * Transfer-Encoding line of the response, however long the line: look
+	 * for it in the whole line, and let no later line undo it.
+	 */
+	if (take_header(data, n, "transfer-encoding", unused, sizeof(unused)))
 	{
-		/* libcurl decodes chunked only when it is the last coding */
-		for (char *p = te; *p; p++)
-			*p = pg_tolower((unsigned char) *p);
-		req->chunked = strstr(te, "chunked") != NULL;
-		req->chunk_state = CHUNK_SIZE;
-		req->chunk_left = 0;
+		for (size_t i = 0; i + 7 <= n; i++)
+			if (pg_strncasecmp(data + i, "chunked", 7) == 0)
+				req->chunked = true;
 	}
 	return n;
 }
@@ -983,6 +988,13 @@ http_next_done(void)
 		/* The receiver broke a bound: whatever its status, no answer. */
 		rc = CURLE_WRITE_ERROR;
 		strlcpy(req->error, req->exceeded, sizeof(req->error));
+	}
+	else if (rc == CURLE_OUT_OF_MEMORY && req->error[0] == '\0' &&
+			 (req->headers_read > 0 || req->status > 0))
+	{
+		/* libcurl refuses a single header line over 100 kB this way. */
+		strlcpy(req->error, "a response header line exceeded libcurl's limit of 100 kB",
+				sizeof(req->error));
 	}
 	else if (rc == CURLE_WRITE_ERROR && req->response_read > OUTBOX_RESPONSE_READ &&
 			 req->status > 0)

@@ -16,6 +16,10 @@ serves many endpoints at once:
   /continue_flood  answer "100 Continue" responses without end
   /chunk_ext_flood answer 200 chunked, then a chunk size followed by a
                    chunk extension without end ("2;aaaa...")
+  /te_twice_flood  the same, "Transfer-Encoding: chunked" followed by a
+                   second line "Transfer-Encoding: identity"
+  /te_padded_flood the same, "chunked" after 80 spaces in the line
+                   "Transfer-Encoding: identity, ... chunked"
   /chunked_endless answer 200 chunked, 100-byte chunks (each with an
                    extension) without end, as fast as they are read
   /chunked_drip    answer 200 chunked, a one-byte chunk every 0.2 s without
@@ -133,6 +137,20 @@ def chunk_ext_flood():
         yield b"a" * 65536
 
 
+def te_twice_flood():
+    yield (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n"
+           b"Transfer-Encoding: identity\r\n\r\n2;")
+    while True:
+        yield b"a" * 65536
+
+
+def te_padded_flood():
+    yield (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: identity," + b" " * 80 +
+           b"chunked\r\n\r\n2;")
+    while True:
+        yield b"a" * 65536
+
+
 def chunked_endless():
     yield CHUNKED_HEAD
     # The body kept in the attempt log starts with these bytes.
@@ -198,6 +216,7 @@ def handle(conn):
             send_counting(conn, path, endless_headers())
             conn.close()
         elif mode[0] in ("many_headers", "continue_flood", "chunk_ext_flood",
+                         "te_twice_flood", "te_padded_flood",
                          "chunked_endless", "chunked_drip"):
             flood = globals()[mode[0]]
             if send_counting(conn, path, flood()):

@@ -264,6 +264,25 @@ cmp_ok(attempt('chunked_drip', 'duration_ms'), '>=', 1900, "chunked_drip: it las
 cmp_ok(attempt('chunked_drip', 'duration_ms'), '<', 10000, 'chunked_drip: and not much longer');
 retried_on_schedule('chunked_drip');
 
+# A well-formed chunked answer (an extension, a trailer): delivered, the
+# body kept decoded, and the connection used again for the next event,
+# although libcurl hands outbox the chunked bytes undecoded.  A receiver
+# of its own: the kept connection answers every request so.
+my ($ck_url, $ck_log, $ck_rx) = start_hostile();
+sql("SELECT outbox.create_endpoint('chunked_ok', '$ck_url/chunked_ok', '{h.chunked_ok}')");
+my $ok1 = sql(q{SELECT outbox.emit('h.chunked_ok', '{"n": 1}')});
+ok($node->poll_query_until('postgres',
+	"SELECT count(*) = 1 FROM outbox.attempts WHERE event_id = '$ok1' AND status = 200"),
+	'chunked_ok: delivered');
+is(sql("SELECT response || '|' || coalesce(error, '-') FROM outbox.attempts WHERE event_id = '$ok1'"),
+	'hello world|-', 'chunked_ok: the body is kept decoded, no error');
+my $ok2 = sql(q{SELECT outbox.emit('h.chunked_ok', '{"n": 2}')});
+ok(wait_received($ck_log, sub { grep { ($_->{on_connection} // 0) == 2 } @_ }),
+	'chunked_ok: the next event went on the same connection');
+ok($node->poll_query_until('postgres',
+	"SELECT count(*) = 1 FROM outbox.attempts WHERE event_id = '$ok2' AND status = 200"),
+	'chunked_ok: and was delivered');
+
 my ($hwm1, $rss1) = memory_kb($pid);
 note("relay memory after the floods: VmHWM $hwm1 kB, VmRSS $rss1 kB");
 cmp_ok($hwm1 - $hwm0, '<', 20 * 1024, 'the relay\'s peak memory grew by less than 20 MB');
@@ -386,4 +405,5 @@ $node->stop;
 $good_rx->kill_kill;
 $hostile_rx->kill_kill;
 $iso_rx->kill_kill;
+$ck_rx->kill_kill;
 done_testing();

@@ -25,6 +25,10 @@ serves many endpoints at once:
   /chunked_drip    answer 200 chunked, a one-byte chunk every 0.2 s without
                    end
   /ok              answer 200 "ok" and keep the connection open for more
+  /chunked_ok      answer 200 chunked ("hello world" in two chunks, one with
+                   an extension, and a trailer) and keep the connection open
+                   for more; the log line of a request on a connection
+                   used before says how many it has carried ("on_connection")
   /garbage         answer a line of garbage instead of a status line
   /status/N        answer status N with an empty body; the query may add
                    retry_after=S (Retry-After: S) and location=URL
@@ -231,6 +235,20 @@ def handle(conn):
                 method, target, headers, body = req
                 log({"t": time.time(), "path": urlsplit(target).path,
                      "method": method, "headers": headers, "body": body})
+            conn.close()
+        elif mode[0] == "chunked_ok":
+            n = 1
+            while True:
+                conn.sendall(CHUNKED_HEAD + b"5;ext=1\r\nhello\r\n6\r\n world\r\n"
+                             b"0\r\nX-Trailer: t\r\n\r\n")
+                req = read_request(conn)
+                if req is None:
+                    break
+                method, target, headers, body = req
+                n += 1
+                log({"t": time.time(), "path": urlsplit(target).path,
+                     "method": method, "headers": headers, "body": body,
+                     "on_connection": n})
             conn.close()
         elif mode[0] == "garbage":
             conn.sendall(b"SURELY NOT HTTP \x00\x01\x02 <html>\r\n\r\n")

@@ -6,21 +6,23 @@
 -- and then this script, so an installed 1.2 and an updated 1.1 are the same
 -- by construction.
 --
--- Delayed events (DESIGN.md: "delayed events never hold rotation").  The
--- relay reads an event with a later deliver_at like any other and defers it
--- into outbox.retries for each endpoint subscribed to it (attempts = 0,
--- next_at = deliver_at), so that which endpoints get it is still decided by
--- their positions when it was emitted.  Until 1.1 such a retry kept the
--- event's partition from rotating until it came due.  Now, when rotation is
--- about to empty a partition, the events it holds that wait unsent in
--- retries (attempts = 0: a later deliver_at, or waiting behind an earlier
--- event of their key) are first copied whole into outbox.delayed, which
--- rotation never empties; the retries keep referring to them by id, and
--- whatever reads an event for a retry reads it from outbox.events or from
--- that copy.  Copy and TRUNCATE commit together or not at all.  A copy
--- goes once no retry refers to it (after its delivery, dead letter or
--- release), at the next rotation of the events.  Failed attempts
--- (attempts > 0) still hold their partition, as before.
+-- Retried and delayed events (DESIGN.md: "retries never hold rotation").
+-- The relay reads an event with a later deliver_at like any other and
+-- defers it into outbox.retries for each endpoint subscribed to it
+-- (attempts = 0, next_at = deliver_at), so that which endpoints get it is
+-- still decided by their positions when it was emitted; a failed delivery
+-- waits there too (attempts > 0).  Until 1.1 any such retry kept the
+-- event's partition from rotating until it was delivered or dead.  Now,
+-- when rotation is about to empty a partition, the events it holds that
+-- wait in retries (not sent yet, or failed) are first copied whole into
+-- outbox.delayed, which rotation never empties; the retries keep referring
+-- to them by id, and whatever reads an event for a retry reads it from
+-- outbox.events or from that copy.  Copy and TRUNCATE commit together or
+-- not at all.  The dedupe key of a copied event stays while the copy does.
+-- A copy goes once no retry refers to it (after its delivery, dead letter
+-- or release), at the next rotation of the events, and its dedupe key with
+-- it.  Only positions (endpoints that have not passed the partition) and
+-- locks hold rotation now.
 
 \echo Use "ALTER EXTENSION outbox UPDATE TO '1.2'" to load this file. \quit
 
@@ -49,12 +51,15 @@ CREATE TABLE outbox.delayed (
     set_aside_at timestamptz NOT NULL DEFAULT now()
 );
 COMMENT ON TABLE outbox.delayed IS
-    'copies of events waiting unsent in outbox.retries (a later deliver_at, or behind an earlier event of their key), made when rotation empties their events partition; rotation never empties this table';
+    'copies of events waiting in outbox.retries (a later deliver_at, behind an earlier event of their key, or failed), made when rotation empties their events partition; rotation never empties this table';
 COMMENT ON COLUMN outbox.delayed.id IS 'the event''s id in outbox.events, which its retries refer to';
 COMMENT ON COLUMN outbox.delayed.set_aside_at IS 'when rotation copied the event here';
 SELECT pg_catalog.pg_extension_config_dump('outbox.delayed', '');
+-- Rotation keeps the dedupe keys of copied events: it looks copies up by
+-- event_id.
+CREATE INDEX delayed_event_idx ON outbox.delayed (event_id);
 
--- Copy the events of slot s that wait unsent in retries into
+-- Copy the events of slot s that wait in retries (sent or not) into
 -- outbox.delayed, before rotation empties the slot.
 CREATE FUNCTION outbox._set_aside(s smallint) RETURNS void
 LANGUAGE sql VOLATILE
@@ -64,12 +69,12 @@ AS $$
     INSERT INTO outbox.delayed (id, event_id, event_type, payload, key, headers, deliver_at, created_at)
     SELECT DISTINCT ON (e.id) e.id, e.event_id, e.event_type, e.payload, e.key, e.headers, e.deliver_at, e.created_at
       FROM outbox.retries r JOIN outbox.events e ON e.id = r.id
-     WHERE e.slot = s AND r.attempts = 0
+     WHERE e.slot = s
      ORDER BY e.id
     ON CONFLICT (id) DO NOTHING
 $$;
 COMMENT ON FUNCTION outbox._set_aside(smallint) IS
-    'internal: copy the events of an events partition that wait unsent in retries into outbox.delayed';
+    'internal: copy the events of an events partition that wait in retries into outbox.delayed';
 
 -- Does any endpoint still owe an event of this events slot: one of the
 -- types it subscribes to that its position has not passed, or one waiting
@@ -86,6 +91,50 @@ AS $$
                                      AND e.event_type LIKE ANY (outbox._like_patterns(ep.event_types))))
         OR EXISTS (SELECT 1 FROM outbox.retries r JOIN outbox.events e ON e.id = r.id
                     WHERE e.slot = s AND NOT EXISTS (SELECT 1 FROM outbox.delayed d WHERE d.id = r.id))
+$$;
+
+-- An endpoint disabled for longer than retention gives up its backlog when
+-- it holds up the rotation of slot s: its position moves to now, its
+-- retries go, and endpoint_health counts what was dropped.  Its retries of
+-- events set aside in outbox.delayed do not hold rotation, so they alone
+-- do not make it give anything up.
+CREATE OR REPLACE FUNCTION outbox._release_disabled(s smallint, retention interval) RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+AS $$
+DECLARE
+    ep record;
+    n bigint;
+BEGIN
+    FOR ep IN
+        SELECT e.id, e.name, e.disabled_at, e.event_types FROM outbox.endpoints e
+          JOIN outbox.positions p ON p.endpoint_id = e.id
+         WHERE e.disabled_at < now() - retention
+           AND (EXISTS (SELECT 1 FROM outbox.events ev
+                         WHERE ev.slot = s AND ev.txid >= pg_snapshot_xmin(p.snap)
+                           AND NOT pg_visible_in_snapshot(ev.txid, p.snap)
+                           AND ev.event_type LIKE ANY (outbox._like_patterns(e.event_types)))
+                OR EXISTS (SELECT 1 FROM outbox.retries r JOIN outbox.events ev ON ev.id = r.id
+                            WHERE r.endpoint_id = e.id AND ev.slot = s
+                              AND NOT EXISTS (SELECT 1 FROM outbox.delayed d WHERE d.id = r.id)))
+           FOR UPDATE OF p SKIP LOCKED
+    LOOP
+        n := (SELECT u.n FROM outbox._unread(ep.id) u)
+             + (SELECT count(*) FROM outbox.retries r WHERE r.endpoint_id = ep.id);
+        DELETE FROM outbox.retries r WHERE r.endpoint_id = ep.id;
+        UPDATE outbox.positions p
+           SET snap = pg_current_snapshot(), next_snap = NULL, after_id = 0, updated_at = now()
+         WHERE p.endpoint_id = ep.id;
+        IF n > 0 THEN
+            UPDATE outbox.endpoint_health h
+               SET backlog_dropped = h.backlog_dropped + n, backlog_dropped_at = now()
+             WHERE h.endpoint_id = ep.id;
+            RAISE LOG 'outbox: endpoint "%", disabled since %, gave up % waiting events to rotation',
+                ep.name, ep.disabled_at, n;
+        END IF;
+    END LOOP;
+END
 $$;
 
 -- Move each rotated table on to its next slot once the current one has
@@ -123,11 +172,12 @@ BEGIN
         -- Rows of the next slot are removed only once they are old enough,
         -- and events only once no endpoint owes them (checked again under
         -- the lock: replay() may have queued some meanwhile).  Events that
-        -- wait unsent in retries are set aside first: they do not hold it.
+        -- wait in retries are set aside first: they do not hold it, nor
+        -- make an endpoint disabled longer than retention give them up.
         CONTINUE WHEN has_rows AND nxt_closed > now() - retention;
         IF has_rows AND t = 'events' THEN
-            PERFORM outbox._release_disabled(nxt, retention);
             PERFORM outbox._set_aside(nxt);
+            PERFORM outbox._release_disabled(nxt, retention);
             CONTINUE WHEN outbox._slot_owed(nxt);
         END IF;
         BEGIN
@@ -142,16 +192,17 @@ BEGIN
             END IF;
             CONTINUE WHEN t = 'events' AND outbox._slot_owed(nxt);
             EXECUTE format('TRUNCATE outbox.%I', t || '_' || nxt);
-            -- Dedupe keys go with the events emitted before that slot closed.
-            IF t = 'events' THEN
-                DELETE FROM outbox.dedupe d WHERE d.created_at < nxt_closed;
-            END IF;
         END IF;
-        -- Set-aside copies no retry refers to any more go at each rotation
-        -- of the events.
         IF t = 'events' THEN
+            -- Set-aside copies no retry refers to any more go at each
+            -- rotation of the events.
             DELETE FROM outbox.delayed d
              WHERE NOT EXISTS (SELECT 1 FROM outbox.retries r WHERE r.id = d.id);
+            -- Dedupe keys go with the events emitted before that slot
+            -- closed, except those of events that still have a copy.
+            DELETE FROM outbox.dedupe d
+             WHERE d.created_at < nxt_closed
+               AND NOT EXISTS (SELECT 1 FROM outbox.delayed dl WHERE dl.event_id = d.event_id);
         END IF;
         UPDATE outbox.rotation r
            SET current = (r.slot = nxt),
@@ -605,9 +656,10 @@ SELECT ep.name,
 
 -- What keeps the events partition that rotation empties next from being
 -- emptied, one line each: endpoints whose position has not passed some of
--- its events (paused, disabled, or behind), failed events waiting for a
--- retry, and transactions holding a lock on it (one that emitted into it and
--- is still open, or one reading it).  Empty when nothing does.  A
+-- its events (paused, disabled, or behind), and transactions holding a lock
+-- on it (one that emitted into it and is still open, or one reading it),
+-- each once whatever lock modes it holds.  Events waiting in retries are
+-- not listed: rotation sets them aside.  Empty when nothing holds it.  A
 -- transaction's uncommitted events are invisible here as they are to the
 -- relay: while it is open, its lock is what holds the partition.
 CREATE FUNCTION outbox.rotation_holds()
@@ -629,13 +681,6 @@ AS $$
            AND e.event_type LIKE ANY (outbox._like_patterns(ep.event_types))
          WHERE e.slot = nxt.s
          GROUP BY ep.name, ep.paused, ep.disabled_at
-    ), retried AS (
-        SELECT ep.name, count(*) AS n, min(r.next_at) AS next_at
-          FROM nxt, outbox.retries r
-          JOIN outbox.events e ON e.id = r.id
-          JOIN outbox.endpoints ep ON ep.id = r.endpoint_id
-         WHERE e.slot = nxt.s AND NOT EXISTS (SELECT 1 FROM outbox.delayed d WHERE d.id = r.id)
-         GROUP BY ep.name
     )
     SELECT format('endpoint "%s"', b.name),
            format('endpoint "%s" (%s) has not passed %s of its events in partition outbox.events_%s',
@@ -646,12 +691,8 @@ AS $$
                   b.n, (SELECT s FROM nxt))
       FROM behind b
     UNION ALL
-    SELECT format('retries of endpoint "%s"', t.name),
-           format('endpoint "%s" has %s failed events of partition outbox.events_%s waiting for a retry (the next at %s)',
-                  t.name, t.n, (SELECT s FROM nxt), t.next_at)
-      FROM retried t
-    UNION ALL
-    SELECT CASE WHEN l.pid IS NULL THEN format('prepared transaction %s', coalesce(px.gid, l.virtualtransaction))
+    SELECT DISTINCT
+           CASE WHEN l.pid IS NULL THEN format('prepared transaction %s', coalesce(px.gid, l.virtualtransaction))
                 ELSE format('pid %s', l.pid) END,
            CASE WHEN l.pid IS NULL
                 THEN format('prepared transaction %s (prepared at %s) holds a lock on outbox.events_%s',
@@ -668,7 +709,7 @@ AS $$
        AND a.backend_type IS DISTINCT FROM 'outbox relay'
 $$;
 COMMENT ON FUNCTION outbox.rotation_holds() IS
-    'what keeps the events partition that rotation empties next from being emptied: one row per endpoint behind, endpoint with failed events waiting, or transaction holding a lock on it';
+    'what keeps the events partition that rotation empties next from being emptied: one row per endpoint behind or transaction holding a lock on it';
 
 CREATE OR REPLACE FUNCTION outbox.health()
 RETURNS TABLE (check_name text, status text, detail text)

@@ -108,7 +108,8 @@ ALTER EXTENSION outbox UPDATE;
 SELECT extversion FROM pg_extension WHERE extname = 'outbox';
 
 -- The retries are still owed, the one due can be read, and rotation would
--- set the deferred one aside and keep the failed one.
+-- set both aside, the deferred one and the failed one (the slot is still
+-- owed by the endpoint's position, which no relay moved here).
 SELECT name, events_waiting, in_retry FROM outbox.endpoint_status;
 SELECT attempts, body ~ '"data":\{"n": 2\}' AS second_event
   FROM outbox._read_due(1, 10, false, 1048576);

@@ -227,7 +227,7 @@ emit(PG_FUNCTION_ARGS)
 		if (payload_size + headers_size > (Size) outbox_max_payload_size)
 			ereport(ERROR,
 					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-					 errmsg("event payload is too large"),
+					 errmsg("event payload and headers are too large"),
 					 errdetail("The payload has %zu bytes and its headers %zu; together they may have at most outbox.max_payload_size, %d.",
 							   payload_size, headers_size, outbox_max_payload_size)));
 	}

@@ -6,7 +6,7 @@
 -- and then this script, so an installed 1.2 and an updated 1.1 are the same
 -- by construction.
 --
--- Retried and delayed events (DESIGN.md: "retries never hold rotation").
+-- Retried and delayed events (DESIGN.md, "Delayed copies").
 -- The relay reads an event with a later deliver_at like any other and
 -- defers it into outbox.retries for each endpoint subscribed to it
 -- (attempts = 0, next_at = deliver_at), so that which endpoints get it is

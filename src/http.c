@@ -666,25 +666,39 @@ write_cb(char *data, size_t size, size_t nmemb, void *userdata)
 	return n;
 }
 
-/* Copy the value of header "name" (case-insensitive) into dst if it is it. */
-static bool
-take_header(const char *line, size_t len, const char *name, char *dst, size_t dstlen)
+/*
+ * The value of header line[0..len) if its name is "name" (case-insensitive),
+ * without the white space around it; NULL for another header.
+ */
+static const char *
+header_value(const char *line, size_t len, const char *name, size_t *vlen)
 {
 	size_t		nlen = strlen(name);
-	size_t		vlen;
 
 	if (len <= nlen || line[nlen] != ':' || pg_strncasecmp(line, name, nlen) != 0)
-		return false;
+		return NULL;
 	line += nlen + 1;
 	len -= nlen + 1;
 	while (len > 0 && (*line == ' ' || *line == '\t'))
 		line++, len--;
 	while (len > 0 && (line[len - 1] == '\r' || line[len - 1] == '\n' || line[len - 1] == ' '))
 		len--;
-	vlen = Min(len, dstlen - 1);
-	memcpy(dst, line, vlen);
+	*vlen = len;
+	return line;
+}
+
+/* Copy the value of header "name" into dst if the line is that header. */
+static void
+take_header(const char *line, size_t len, const char *name, char *dst, size_t dstlen)
+{
+	size_t		vlen;
+	const char *value = header_value(line, len, name, &vlen);
+
+	if (value == NULL)
+		return;
+	vlen = Min(vlen, dstlen - 1);
+	memcpy(dst, value, vlen);
 	dst[vlen] = '\0';
-	return true;
 }
 
 /*
@@ -696,7 +710,8 @@ header_cb(char *data, size_t size, size_t nmemb, void *userdata)
 {
 	HttpRequest *req = (HttpRequest *) userdata;
 	size_t		n = size * nmemb;
-	char		unused[1];
+	const char *te;
+	size_t		te_len;
 
 	req->headers_read += n;
 	if (req->headers_read > OUTBOX_RESPONSE_HEADERS)
@@ -719,12 +734,12 @@ header_cb(char *data, size_t size, size_t nmemb, void *userdata)
 	/*
 	 * libcurl takes a body for chunked when "chunked" stands anywhere in any
 	 * Transfer-Encoding line of the response, however long the line: look
-	 * for it in the whole line, and let no later line undo it.
+	 * for it in the whole value, and let no later line undo it.
 	 */
-	if (take_header(data, n, "transfer-encoding", unused, sizeof(unused)))
+	if ((te = header_value(data, n, "transfer-encoding", &te_len)) != NULL)
 	{
-		for (size_t i = 0; i + 7 <= n; i++)
-			if (pg_strncasecmp(data + i, "chunked", 7) == 0)
+		for (size_t i = 0; i + 7 <= te_len; i++)
+			if (pg_strncasecmp(te + i, "chunked", 7) == 0)
 				req->chunked = true;
 	}
 	return n;

@@ -466,8 +466,10 @@ redact_response(const RelayEndpoint *ep, HttpRequest *req)
 		if (value_len < REDACT_MIN_LEN)
 			continue;
 		redact(req, value, value_len, truncated);
+		if (memchr(value, ' ', value_len) == NULL)
+			continue;
 		/* the words of a value of several, each on its own */
-		while (word < value + value_len && memchr(value, ' ', value_len) != NULL)
+		while (word < value + value_len)
 		{
 			size_t		word_len = strcspn(word, " \n");
 

@@ -82,6 +82,13 @@ sub lit
 	return "'$s'";
 }
 
+# The SQL condition for the relay connected to database $db (postgres).
+sub _relay_of
+{
+	my ($db) = @_;
+	return "backend_type = 'outbox relay' AND datname = " . lit($db // 'postgres');
+}
+
 # relay_pid([$node,] [$db]): the pid of the relay connected to database $db
 # (postgres), or '' when none is.
 sub relay_pid
@@ -89,8 +96,7 @@ sub relay_pid
 	my $node = _node(\@_);
 	my ($db) = @_;
 	return $node->safe_psql('postgres',
-		"SELECT pid FROM pg_stat_activity WHERE backend_type = 'outbox relay' AND datname = "
-		  . lit($db // 'postgres'));
+		'SELECT pid FROM pg_stat_activity WHERE ' . _relay_of($db));
 }
 
 # wait_for_relay([$node,] [$db]): true once a relay serves database $db
@@ -100,8 +106,7 @@ sub wait_for_relay
 	my $node = _node(\@_);
 	my ($db) = @_;
 	return $node->poll_query_until('postgres',
-		"SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'outbox relay' AND datname = "
-		  . lit($db // 'postgres'));
+		'SELECT count(*) = 1 FROM pg_stat_activity WHERE ' . _relay_of($db));
 }
 
 # attempts([$node,] $event_id, $endpoint): "attempt:status,..." of an event

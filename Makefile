@@ -17,6 +17,7 @@ OBJS = \
 	src/launcher.o \
 	src/inbox.o \
 	src/origin.o \
+	src/route.o \
 	src/relay.o \
 	src/sender.o
 

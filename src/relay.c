@@ -47,6 +47,7 @@
 #include "utils/timestamp.h"
 
 #include "guc.h"
+#include "route.h"
 #include "sender.h"
 #include "shmem.h"
 #include "store.h"
@@ -64,6 +65,12 @@
 #define CIRCUIT_FAILURES	20
 /* Failing deliveries are reported at most this often per endpoint. */
 #define WARNING_INTERVAL_MS	60000
+/*
+ * A stream page none of whose parts has finished for this long, while
+ * other endpoints follow the stream, detaches the endpoints whose parts are
+ * still in flight: they hold the others back.
+ */
+#define DETACH_AFTER_MS		500
 
 static MemoryContext relay_cxt = NULL;
 static HTAB *endpoints = NULL;
@@ -73,6 +80,31 @@ static ResourceOwner relay_owner = NULL;
 static dlist_head active = DLIST_STATIC_INIT(active);
 static dlist_head unconfirmed = DLIST_STATIC_INIT(unconfirmed);
 static int	in_flight = 0;
+
+/*
+ * The stream (DESIGN.md, "The read path"): its page in flight, or the one
+ * read in a transaction not yet committed; whether to read it again at once
+ * (the last page did not end its batch, or a commit came while it was out);
+ * whether its next page skips what was answered before a restart.
+ */
+static StreamPage *stream_page = NULL;
+static StreamPage *stream_unconfirmed = NULL;
+static bool stream_more = false;
+static bool stream_woken_busy = false;
+static bool stream_verify = true;
+
+/*
+ * Endpoints that do not follow the stream and may read on their own
+ * (active; rebuilt at each load), the ids of those whose due retries are
+ * to be read again at once and of those detached in memory whose rows
+ * still say they follow, those attached by the read not yet committed, and
+ * how many active endpoints follow the stream.
+ */
+static List *own_readers = NIL;
+static List *due_again = NIL;
+static List *detaching = NIL;
+static List *attached_now = NIL;
+static int	followers = 0;
 
 /*
  * Set when a read round finds no outbox (of this library's version) here;
@@ -91,14 +123,36 @@ relay_shmem_exit(int code, Datum arg)
 		ereport(LOG, (errmsg("outbox relay stopping")));
 }
 
+/* Free a stream page once the stream is past it and no batch points in. */
+static void
+release_stream_page(StreamPage *p)
+{
+	if (p->in_stream || p->refs > 0)
+		return;
+	MemoryContextDelete(p->cxt);
+	pfree(p);
+}
+
 static void
 free_batch(Batch *b)
 {
+	StreamPage *events = b->events;
+
 	if (b->is_page)
-		b->ep->page = NULL;
+	{
+		if (b->ep->page == b)
+			b->ep->page = NULL;
+	}
 	else
 		b->ep->due = NULL;
+	if (b->stream != NULL)
+		b->stream->parts--;
 	MemoryContextDelete(b->cxt);
+	if (events != NULL)
+	{
+		events->refs--;
+		release_stream_page(events);
+	}
 }
 
 /*
@@ -205,7 +259,7 @@ run_step(const char *activity, StepFunc step, void *arg)
 static bool
 may_read_page(const RelayEndpoint *ep, bool full)
 {
-	return ep->active && ep->page == NULL &&
+	return ep->active && !ep->follows && ep->page == NULL &&
 		(ep->consecutive_failures < CIRCUIT_FAILURES || full);
 }
 
@@ -231,25 +285,322 @@ defer(Delivery *d, TimestampTz next_at)
 }
 
 /*
- * The reading step of read_round: what each endpoint that may read is
- * owed, into the unconfirmed list.  A full round first loads the
- * endpoints afresh.  An endpoint's requests to read again at once are
- * taken as it reads.
+ * On an ordered endpoint, chain each delivery to the previous one of its
+ * key in the batch, so that it is sent only after that one is done.
+ * Quadratic in the batch size (outbox.batch_size, 500 by default), which
+ * is small beside the HTTP work.
+ */
+static void
+link_same_key(Batch *b)
+{
+	for (int i = 0; i < b->n; i++)
+	{
+		Delivery   *d = &b->d[i];
+
+		d->prev_same_key = -1;
+		if (!b->ep->ordered || d->key == NULL)
+			continue;
+		for (int j = i - 1; j >= 0; j--)
+			if (b->d[j].key != NULL && strcmp(b->d[j].key, d->key) == 0)
+			{
+				d->prev_same_key = j;
+				break;
+			}
+	}
+}
+
+/*
+ * After a load of the endpoints: rebuild the routes, and who reads on its
+ * own.  An endpoint that follows the stream but may not receive now (paused,
+ * disabled, gone) stops following it.
+ */
+static void detach(RelayEndpoint *ep);
+
+static void
+endpoints_loaded(void)
+{
+	HASH_SEQ_STATUS seq;
+	RelayEndpoint *ep;
+
+	route_build(endpoints, relay_cxt);
+	list_free(own_readers);
+	own_readers = NIL;
+	followers = 0;
+	hash_seq_init(&seq, endpoints);
+	while ((ep = hash_seq_search(&seq)) != NULL)
+	{
+		if (ep->follows && !ep->active && ep->seen)
+			detach(ep);
+		if (ep->follows && ep->active)
+			followers++;
+		else if (ep->active)
+			own_readers = lappend(own_readers, ep);
+	}
+}
+
+/*
+ * Stop ep following the stream.  In memory at once; its row says so at the
+ * next record, in the statement that moves the stream next, so that its own
+ * position takes the stream's before the stream moves on.  Its part of the
+ * stream page in flight, if any is left unrecorded, becomes its own page:
+ * its own position moves past it when it is recorded.  Otherwise it has
+ * nothing of that page left to do, and its position moves past the page
+ * with the detach.
+ */
+static void
+detach(RelayEndpoint *ep)
+{
+	if (!ep->follows)
+		return;
+	ep->follows = false;
+	if (ep->active)
+		followers--;
+	if (!ep->detach)
+		detaching = lappend_int(detaching, ep->id);
+	ep->detach = true;
+	ep->detach_past = false;
+	if (ep->active)
+		own_readers = list_append_unique_ptr(own_readers, ep);
+	if (stream_page == NULL)
+		return;
+	if (ep->page != NULL && ep->page->stream == stream_page)
+	{
+		ep->page->stream = NULL;
+		stream_page->parts--;
+		return;
+	}
+	/* (its row still follows the stream: the detach moves it past) */
+	ep->detach_past = true;
+	if (ep->past.snap != NULL)
+		pfree(ep->past.snap);
+	ep->past.snap = MemoryContextStrdup(relay_cxt, stream_page->snap);
+	ep->past.last_id = stream_page->last_id;
+	ep->past.batch_done = stream_page->batch_done;
+}
+
+/*
+ * Route a page of the stream to the endpoints that follow it: each gets its
+ * events as one batch, a part of the page, pushed on the unconfirmed list.
+ * An endpoint failing without pause stops following instead: it gets probes
+ * on its own.  Whether a delivery was answered before a restart (the first
+ * page after a start) and whether it waits behind its key (ordered
+ * endpoints) is asked in one statement for the whole page.
+ */
+static void
+route_page(StreamPage *p)
+{
+	List	   *parts = NIL;
+	ListCell   *lc;
+	RelayEndpoint **eps;
+	int			nchecks = 0;
+	int		   *check_eids;
+	const pg_uuid_t **check_events;
+	char	  **check_keys;
+	bool	   *check_ordered;
+	Delivery  **check_d;
+	TimestampTz now = GetCurrentTimestamp();
+
+	/* Count each endpoint's deliveries first: a part is one allocation. */
+	for (int i = 0; i < p->n; i++)
+	{
+		int			n = route_match(p->ev[i].type, &eps);
+
+		for (int j = 0; j < n; j++)
+		{
+			RelayEndpoint *ep = eps[j];
+
+			if (!ep->follows || !ep->active)
+				continue;
+			if (ep->consecutive_failures >= CIRCUIT_FAILURES)
+			{
+				detach(ep);
+				continue;
+			}
+			if (ep->routed++ == 0)
+				parts = lappend(parts, ep);
+		}
+	}
+	foreach(lc, parts)
+	{
+		RelayEndpoint *ep = (RelayEndpoint *) lfirst(lc);
+		Batch	   *b = store_new_batch(ep, true, ep->routed, relay_cxt);
+
+		Assert(ep->page == NULL);
+		b->n = 0;
+		b->stream = p;
+		b->events = p;
+		b->snap = p->snap;
+		b->last_id = p->last_id;
+		b->batch_done = p->batch_done;
+		p->parts++;
+		p->refs++;
+		ep->part = b;
+		nchecks += ep->routed;
+	}
+	check_eids = palloc(sizeof(int) * Max(nchecks, 1));
+	check_events = palloc(sizeof(pg_uuid_t *) * Max(nchecks, 1));
+	check_keys = palloc(sizeof(char *) * Max(nchecks, 1));
+	check_ordered = palloc(sizeof(bool) * Max(nchecks, 1));
+	check_d = palloc(sizeof(Delivery *) * Max(nchecks, 1));
+	nchecks = 0;
+
+	for (int i = 0; i < p->n; i++)
+	{
+		StreamEvent *e = &p->ev[i];
+		int			n = route_match(e->type, &eps);
+
+		for (int j = 0; j < n; j++)
+		{
+			Batch	   *b = eps[j]->part;
+			Delivery   *d;
+
+			if (b == NULL)
+				continue;
+			d = &b->d[b->n++];
+			d->batch = b;
+			d->prev_same_key = -1;
+			d->id = e->id;
+			d->event_id = e->event_id;
+			d->key = e->key;
+			d->body = e->body;
+			d->event_headers = e->headers;
+			d->n_event_headers = e->n_headers;
+			d->deliver_at = e->deliver_at;
+			d->deferred = e->deliver_at != 0 && e->deliver_at > now;
+			d->attempt = d->deferred ? 0 : 1;
+			if (stream_verify || (b->ep->ordered && e->key != NULL))
+			{
+				check_eids[nchecks] = b->ep->id;
+				check_events[nchecks] = &d->event_id;
+				check_keys[nchecks] = d->key;
+				check_ordered[nchecks] = b->ep->ordered;
+				check_d[nchecks] = d;
+				nchecks++;
+			}
+		}
+	}
+
+	if (nchecks > 0)
+	{
+		bool	   *delivered = palloc(sizeof(bool) * nchecks);
+		bool	   *blocked = palloc(sizeof(bool) * nchecks);
+
+		store_route_checks(nchecks, check_eids, check_events, check_keys, check_ordered,
+						   stream_verify, delivered, blocked);
+		for (int i = 0; i < nchecks; i++)
+		{
+			Delivery   *d = check_d[i];
+
+			d->already = delivered[i];
+			if (blocked[i])
+			{
+				/* on an ordered endpoint, waiting behind an earlier event */
+				d->deferred = true;
+				d->deliver_at = now;
+				d->attempt = 0;
+			}
+		}
+	}
+
+	foreach(lc, parts)
+	{
+		RelayEndpoint *ep = (RelayEndpoint *) lfirst(lc);
+		Batch	   *b = ep->part;
+
+		link_same_key(b);
+		ep->page = b;
+		ep->part = NULL;
+		ep->routed = 0;
+		dlist_push_tail(&unconfirmed, &b->node);
+	}
+	list_free(parts);
+}
+
+/*
+ * The stream's step of a read round, when its page is not in flight:
+ * endpoints back where the stream is follow it again, then the next page is
+ * read and routed.
+ */
+static void
+read_stream(void)
+{
+	List	   *candidates = NIL;
+	ListCell   *lc;
+
+	foreach(lc, own_readers)
+	{
+		RelayEndpoint *ep = (RelayEndpoint *) lfirst(lc);
+
+		if (ep->active && !ep->follows && !ep->detach && ep->page == NULL &&
+			ep->consecutive_failures < CIRCUIT_FAILURES)
+			candidates = lappend(candidates, ep);
+	}
+	if (candidates != NIL)
+	{
+		int		   *ids = palloc(sizeof(int) * list_length(candidates));
+		int		   *attached;
+		int			n = 0;
+
+		foreach(lc, candidates)
+			ids[n++] = ((RelayEndpoint *) lfirst(lc))->id;
+		n = store_attach(ids, n, &attached);
+		for (int i = 0; i < n; i++)
+		{
+			RelayEndpoint *ep = hash_search(endpoints, &attached[i], HASH_FIND, NULL);
+
+			ep->follows = true;
+			followers++;
+			own_readers = list_delete_ptr(own_readers, ep);
+			attached_now = lappend(attached_now, ep);
+		}
+		list_free(candidates);
+	}
+
+	stream_more = false;
+	stream_unconfirmed = store_read_stream(outbox_batch_size, relay_cxt);
+	if (stream_unconfirmed != NULL)
+		route_page(stream_unconfirmed);
+}
+
+/*
+ * The reading step of read_round: the stream's next page, routed, and what
+ * each endpoint that reads on its own is owed, into the unconfirmed list.
+ * A full round first loads the endpoints afresh.  An endpoint's requests to
+ * read again at once are taken as it reads.
  */
 static StepResult
 read_step(void *arg)
 {
 	bool		full = *(bool *) arg;
-	HASH_SEQ_STATUS seq;
-	RelayEndpoint *ep;
+	ListCell   *lc;
+	List	   *due = NIL;
 
 	if (full && !store_extension_ready())
 		return STEP_ABSENT;
 	if (full)
-		store_load_endpoints(endpoints, relay_cxt);
-	hash_seq_init(&seq, endpoints);
-	while ((ep = hash_seq_search(&seq)) != NULL)
 	{
+		int		   *ids;
+		int			n;
+
+		store_load_endpoints(endpoints, relay_cxt);
+		endpoints_loaded();
+		/* Retries come due with time, not with commits. */
+		n = store_due_endpoints(&ids);
+		for (int i = 0; i < n; i++)
+		{
+			RelayEndpoint *ep = hash_search(endpoints, &ids[i], HASH_FIND, NULL);
+
+			if (ep != NULL)
+				due = lappend(due, ep);
+		}
+	}
+	if (stream_page == NULL)
+		read_stream();
+
+	foreach(lc, own_readers)
+	{
+		RelayEndpoint *ep = (RelayEndpoint *) lfirst(lc);
+
 		/*
 		 * An endpoint failing without pause gets one new event per full
 		 * round to probe it, besides its due retries: its backlog waits at
@@ -264,10 +615,28 @@ read_step(void *arg)
 									   outbox_batch_size : 1,
 									   relay_cxt);
 			if (ep->page)
+			{
+				link_same_key(ep->page);
 				dlist_push_tail(&unconfirmed, &ep->page->node);
+			}
 		}
-		/* Retries come due with time, not with commits. */
-		if (may_read_due(ep, full))
+	}
+
+	foreach(lc, due_again)
+	{
+		int			id = lfirst_int(lc);
+		RelayEndpoint *ep = hash_search(endpoints, &id, HASH_FIND, NULL);
+
+		if (ep != NULL)
+			due = lappend(due, ep);
+	}
+	list_free(due_again);
+	due_again = NIL;
+	foreach(lc, due)
+	{
+		RelayEndpoint *ep = (RelayEndpoint *) lfirst(lc);
+
+		if (may_read_due(ep, true))
 		{
 			ep->more_due = false;
 			ep->due = store_read_due(ep, outbox_batch_size, relay_cxt);
@@ -275,35 +644,65 @@ read_step(void *arg)
 				dlist_push_tail(&unconfirmed, &ep->due->node);
 		}
 	}
+	list_free(due);
 	return STEP_DONE;
 }
 
 /*
- * Read what each active endpoint with room for it is owed: a page of new
- * events and, in a full round (the poll timer, or endpoints changed), its
- * due retries and a fresh copy of the endpoints.  One short transaction.
- * Batches go to the active list only once it committed.  Without the
- * extension there is nothing to read, and the relay leaves (main loop).
+ * Read the stream's next page and what each endpoint reading on its own is
+ * owed: a page of new events and, in a full round (the poll timer, or
+ * endpoints changed), due retries and a fresh copy of the endpoints.  One
+ * short transaction.  Batches go to the active list only once it
+ * committed.  Without the extension there is nothing to read, and the
+ * relay leaves (main loop).
  */
 static void
 read_round(bool full)
 {
+	ListCell   *lc;
+
 	if (run_step("outbox: reading events", read_step, &full) != STEP_DONE)
 	{
 		dlist_mutable_iter iter;
-		HASH_SEQ_STATUS seq;
-		RelayEndpoint *ep;
 
 		dlist_foreach_modify(iter, &unconfirmed)
 		{
 			dlist_delete(iter.cur);
 			free_batch(dlist_container(Batch, node, iter.cur));
 		}
+		if (stream_unconfirmed != NULL)
+		{
+			stream_unconfirmed->in_stream = false;
+			release_stream_page(stream_unconfirmed);
+			stream_unconfirmed = NULL;
+		}
+		/* The attaching did not commit either. */
+		foreach(lc, attached_now)
+		{
+			RelayEndpoint *ep = (RelayEndpoint *) lfirst(lc);
+
+			if (ep->follows)
+			{
+				ep->follows = false;
+				followers--;
+				own_readers = lappend(own_readers, ep);
+			}
+		}
+		list_free(attached_now);
+		attached_now = NIL;
 		/* A failed read is not repeated at once: the next full round is. */
-		hash_seq_init(&seq, endpoints);
-		while ((ep = hash_seq_search(&seq)) != NULL)
-			ep->more_page = ep->more_due = false;
+		foreach(lc, own_readers)
+			((RelayEndpoint *) lfirst(lc))->more_page = false;
+		stream_more = false;
 		return;
+	}
+	list_free(attached_now);
+	attached_now = NIL;
+	if (stream_unconfirmed != NULL)
+	{
+		stream_page = stream_unconfirmed;
+		stream_unconfirmed = NULL;
+		stream_page->progress_at = GetCurrentTimestamp();
 	}
 
 	while (!dlist_is_empty(&unconfirmed))
@@ -672,126 +1071,293 @@ collect(void)
 		b->pending--;
 		b->ep->in_flight--;
 		in_flight--;
+		if (b->stream != NULL && b->pending == 0)
+			b->stream->progress_at = GetCurrentTimestamp();
 		if (o != OUTCOME_DELIVERED)
 			warn_failure(b->ep, req);
 	}
 }
 
-/* What record_step records: one batch, and whether all of it is done. */
-typedef struct RecordRequest
+/* What record_step records, and what each batch in it is. */
+typedef struct RecordRound
 {
-	Batch	   *batch;
-	bool		complete;
-} RecordRequest;
+	RecordSet	set;
+	bool	   *complete;		/* per batch of the set: nothing in flight */
+	bool		moves_stream;	/* the set moves the stream past its page */
+	int		   *locked;			/* after the step: endpoints held elsewhere */
+	int			nlocked;
+} RecordRound;
 
 /*
- * The recording step of record_round: declined when _record found the
- * endpoint's row locked by another transaction (a drop_endpoint() not yet
- * committed); an endpoint that is gone is done, with nothing to record.
+ * The recording step of record_round: one statement.  Endpoints another
+ * transaction holds (a drop_endpoint() not yet committed) come back in
+ * locked; an endpoint that is gone is done, with nothing to record.
  */
 static StepResult
 record_step(void *arg)
 {
-	RecordRequest *r = (RecordRequest *) arg;
+	RecordRound *r = (RecordRound *) arg;
 
-	return store_record(r->batch, r->complete) ? STEP_DONE : STEP_DECLINED;
+	r->nlocked = store_record(&r->set, &r->locked);
+	return r->nlocked == 0 ? STEP_DONE : STEP_DECLINED;
+}
+
+static bool
+is_locked(const RecordRound *r, int id)
+{
+	for (int i = 0; i < r->nlocked; i++)
+		if (r->locked[i] == id)
+			return true;
+	return false;
+}
+
+/* A batch recorded whole: what it asks next, and free it. */
+static void
+batch_recorded(Batch *b)
+{
+	RelayEndpoint *ep = b->ep;
+
+	outbox_count(RELAY_BATCHES, 1);
+	if (b->is_page && b->stream == NULL)
+		ep->verify_page = false;
+	else if (!b->is_page)
+		ep->verify_due = false;
+
+	/*
+	 * Read this endpoint again at once after a full page of its own, or
+	 * when a commit woke the relay while the page was in flight (its read
+	 * was skipped then), and after due retries, whose outcomes may have
+	 * unblocked a key.
+	 */
+	if (b->is_page && b->stream == NULL && (!b->batch_done || ep->woken_busy))
+		ep->more_page = true;
+	if (b->is_page)
+		ep->woken_busy = false;
+	if (!b->is_page)
+	{
+		ep->more_due = true;
+		due_again = lappend_int(due_again, ep->id);
+	}
+	dlist_delete(&b->node);
+	free_batch(b);
+}
+
+/* The stream's page is recorded whole and the stream moved past it. */
+static void
+stream_page_done(bool recorded)
+{
+	StreamPage *p = stream_page;
+
+	stream_page = NULL;
+	if (recorded)
+	{
+		stream_verify = false;
+		stream_more = !p->batch_done || stream_woken_busy;
+	}
+	else
+	{
+		/* read again from where the stream is, skipping what was answered */
+		stream_verify = true;
+		stream_more = false;
+	}
+	stream_woken_busy = false;
+	p->in_stream = false;
+	release_stream_page(p);
 }
 
 /*
- * Record what finished, per batch in its own short transaction so that one
- * that cannot be recorded (its endpoint was dropped) does not hold up the
- * others.  A batch still partly in flight records its finished deliveries
- * at most every RECORD_INTERVAL_MS: that bounds what a crash can repeat to
- * the requests in flight and those answered in the last interval (plus
- * what an asynchronous commit had not flushed).  A finished page also moves
- * its endpoint's position.
+ * Record what finished, of every batch, in one short transaction: one
+ * statement, however many endpoints (outbox._record).  A batch still partly
+ * in flight records its finished deliveries at most every
+ * RECORD_INTERVAL_MS: that bounds what a crash can repeat to the requests
+ * in flight and those answered in the last interval (plus what an
+ * asynchronous commit had not flushed).  A finished page of an endpoint's
+ * own moves its position; once every part of the stream's page is recorded,
+ * the stream moves; endpoints detached since the last record say so first.
  *
  * What happens next follows from the step's result:
  * - done: the deliveries recorded are marked so; a complete batch is freed.
- * - declined (the endpoint's row locked): the batch is kept and recorded
- *   again after RECORD_RETRY_MS.
- * - failed (an error, the commit's included): nothing was recorded; the
- *   batch is recorded again later if still in flight, and given up once
- *   complete, its events read again; either way the endpoint's next read
- *   skips events already answered with a 2xx.
+ * - declined: endpoints whose row another transaction holds had nothing
+ *   recorded and the stream did not move; their batches are recorded again
+ *   after RECORD_RETRY_MS, the rest as for done.
+ * - failed (an error, the commit's included): nothing was recorded, and
+ *   every batch in it is recorded again after RECORD_RETRY_MS if still in
+ *   flight; a complete batch of an endpoint's own is given up, its events
+ *   read again (skipping those answered with a 2xx), and so is the stream's
+ *   page once all of it is complete.
  */
 static void
 record_round(void)
 {
 	TimestampTz now = GetCurrentTimestamp();
 	dlist_mutable_iter iter;
+	RecordRound r;
+	int			room = 16;
+	int			stream_parts_done = 0;
+	ListCell   *lc;
+	StepResult	result;
+
+	memset(&r, 0, sizeof(r));
+	r.set.batches = palloc(sizeof(Batch *) * room);
+	r.complete = palloc(sizeof(bool) * room);
+	r.set.pages = palloc(sizeof(PageDone) * (room + list_length(detaching) + 1));
 
 	dlist_foreach_modify(iter, &active)
 	{
 		Batch	   *b = dlist_container(Batch, node, iter.cur);
-		RecordRequest request;
-		StepResult	result;
+		bool		complete = b->pending == 0;
 		int			ready = 0;
 
-		request.batch = b;
-		request.complete = b->pending == 0;
 		for (int i = 0; i < b->n; i++)
 			if (b->d[i].state == DELIVERY_DONE && !b->d[i].recorded)
 				ready++;
-		if (!request.complete && ready == 0)
+		if (!complete && ready == 0)
 			continue;
 		/* Partial progress, and retries after a refusal, wait a while. */
-		if ((!request.complete || b->record_failed) &&
-			!TimestampDifferenceExceeds(b->last_flush,
-										now, b->record_failed ? RECORD_RETRY_MS : RECORD_INTERVAL_MS))
+		if ((!complete || b->record_failed) &&
+			!TimestampDifferenceExceeds(b->last_flush, now,
+										b->record_failed ? RECORD_RETRY_MS : RECORD_INTERVAL_MS))
 			continue;
-
-		result = run_step("outbox: recording outcomes", record_step, &request);
-		b->last_flush = now;
-		b->record_failed = result != STEP_DONE;
-
-		switch (result)
+		if (r.set.nbatches == room)
 		{
-			case STEP_DONE:
-				for (int i = 0; i < b->n; i++)
-					if (b->d[i].state == DELIVERY_DONE)
-						b->d[i].recorded = true;
-				/* Disabled now: read nothing more for it until resumed. */
-				if (b->disable_reason != NULL)
-					b->ep->active = false;
-				ereport(DEBUG1,
-						(errmsg("outbox recorded %d deliveries to \"%s\"", ready, b->ep->name)));
-				if (!request.complete)
-					continue;
-				outbox_count(RELAY_BATCHES, 1);
-				if (b->is_page)
-					b->ep->verify_page = false;
-				else
-					b->ep->verify_due = false;
-				break;
-			case STEP_FAILED:
-				if (b->is_page)
-					b->ep->verify_page = true;
-				else
-					b->ep->verify_due = true;
-				if (!request.complete)
-					continue;
-				break;
-			case STEP_DECLINED:
-			case STEP_ABSENT:
-				continue;
+			room *= 2;
+			r.set.batches = repalloc(r.set.batches, sizeof(Batch *) * room);
+			r.complete = repalloc(r.complete, sizeof(bool) * room);
+			r.set.pages = repalloc(r.set.pages, sizeof(PageDone) * (room + list_length(detaching) + 1));
 		}
+		r.complete[r.set.nbatches] = complete;
+		r.set.batches[r.set.nbatches++] = b;
+		if (complete && b->stream != NULL)
+			stream_parts_done++;
+		if (complete && b->is_page && b->stream == NULL)
+		{
+			PageDone   *pd = &r.set.pages[r.set.npages++];
 
-		/*
-		 * The batch is done.  Read this endpoint again at once after a full
-		 * page, or when a commit woke the relay while the page was in
-		 * flight (its read was skipped then), and after due retries, whose
-		 * outcomes may have unblocked a key.
-		 */
-		if (b->is_page && (!b->batch_done || b->ep->woken_busy))
-			b->ep->more_page = true;
-		if (b->is_page)
-			b->ep->woken_busy = false;
-		if (!b->is_page)
-			b->ep->more_due = true;
-		dlist_delete(iter.cur);
-		free_batch(b);
+			pd->endpoint_id = b->ep->id;
+			pd->batch = b->snap;
+			pd->last_id = b->last_id;
+			pd->batch_done = b->batch_done;
+		}
 	}
+
+	/* Endpoints detached since the last record. */
+	r.set.detach = palloc(sizeof(int) * Max(list_length(detaching), 1));
+	foreach(lc, detaching)
+	{
+		int			id = lfirst_int(lc);
+		RelayEndpoint *ep = hash_search(endpoints, &id, HASH_FIND, NULL);
+
+		r.set.detach[r.set.ndetach++] = id;
+		if (ep != NULL && ep->detach_past)
+		{
+			PageDone   *pd = &r.set.pages[r.set.npages++];
+
+			pd->endpoint_id = id;
+			pd->batch = ep->past.snap;
+			pd->last_id = ep->past.last_id;
+			pd->batch_done = ep->past.batch_done;
+		}
+	}
+
+	/* The stream moves once every part of its page is recorded. */
+	if (stream_page != NULL && stream_page->parts == stream_parts_done)
+	{
+		PageDone   *pd = &r.set.pages[r.set.npages++];
+
+		pd->endpoint_id = 0;
+		pd->batch = stream_page->snap;
+		pd->last_id = stream_page->last_id;
+		pd->batch_done = stream_page->batch_done;
+		r.moves_stream = true;
+	}
+
+	if (r.set.nbatches == 0 && !r.moves_stream)
+		return;
+
+	result = run_step("outbox: recording outcomes", record_step, &r);
+	if (result == STEP_ABSENT)
+		return;
+
+	if (result == STEP_FAILED)
+	{
+		for (int i = 0; i < r.set.nbatches; i++)
+		{
+			Batch	   *b = r.set.batches[i];
+
+			b->last_flush = now;
+			b->record_failed = true;
+			if (b->is_page && b->stream == NULL)
+				b->ep->verify_page = true;
+			else if (!b->is_page)
+				b->ep->verify_due = true;
+			/* Given up once complete: its events are read again. */
+			if (r.complete[i] && b->stream == NULL)
+			{
+				dlist_delete(&b->node);
+				free_batch(b);
+			}
+		}
+		if (r.moves_stream)
+		{
+			/* Every part is complete: give the whole page up. */
+			dlist_foreach_modify(iter, &active)
+			{
+				Batch	   *b = dlist_container(Batch, node, iter.cur);
+
+				if (b->stream == stream_page)
+				{
+					dlist_delete(&b->node);
+					free_batch(b);
+				}
+			}
+			stream_page_done(false);
+		}
+		return;
+	}
+
+	/* Done, or declined for the endpoints in locked. */
+	foreach(lc, detaching)
+	{
+		int			id = lfirst_int(lc);
+		RelayEndpoint *ep = hash_search(endpoints, &id, HASH_FIND, NULL);
+
+		if (ep != NULL && !is_locked(&r, id))
+		{
+			ep->detach = false;
+			ep->detach_past = false;
+		}
+	}
+	{
+		List	   *still = NIL;
+
+		foreach(lc, detaching)
+			if (is_locked(&r, lfirst_int(lc)))
+				still = lappend_int(still, lfirst_int(lc));
+		list_free(detaching);
+		detaching = still;
+	}
+
+	for (int i = 0; i < r.set.nbatches; i++)
+	{
+		Batch	   *b = r.set.batches[i];
+
+		b->last_flush = now;
+		b->record_failed = is_locked(&r, b->ep->id);
+		if (b->record_failed)
+			continue;
+		for (int j = 0; j < b->n; j++)
+			if (b->d[j].state == DELIVERY_DONE)
+				b->d[j].recorded = true;
+		/* Disabled now: read nothing more for it until resumed. */
+		if (b->disable_reason != NULL)
+			b->ep->active = false;
+		if (r.complete[i])
+			batch_recorded(b);
+	}
+	if (r.moves_stream && r.nlocked == 0)
+		stream_page_done(true);
+	ereport(DEBUG1,
+			(errmsg("outbox recorded %d batches", r.set.nbatches)));
 }
 
 /* Add the microseconds since start to a relay counter. */
@@ -805,58 +1371,101 @@ count_since(RelayCounter counter, TimestampTz start)
 }
 
 /*
- * Is a read round worth a transaction now?  Only if some endpoint may read
- * (a commit may have left it something).
+ * Is a read round worth a transaction now?  Only if the stream or some
+ * endpoint may read (a commit may have left it something).
  */
 static bool
 worth_reading(void)
 {
-	HASH_SEQ_STATUS seq;
-	RelayEndpoint *ep;
-	bool		worth = false;
+	ListCell   *lc;
 
-	hash_seq_init(&seq, endpoints);
-	while ((ep = hash_seq_search(&seq)) != NULL)
-		if (may_read_page(ep, false) || may_read_due(ep, false))
-			worth = true;
-	return worth;
+	if (stream_page == NULL || due_again != NIL)
+		return true;
+	foreach(lc, own_readers)
+		if (may_read_page((RelayEndpoint *) lfirst(lc), false))
+			return true;
+	return false;
 }
 
 /*
- * A wake-up (a commit, or the poll timer) finds endpoints whose page is in
- * flight: they cannot read now, so they read once it is recorded.  Without
- * this, an event committed while the page was out waited for the next
- * commit or the poll timer (seen as a 1 s tail in bench case 3).
+ * A wake-up (a commit, or the poll timer) finds the stream's page or an
+ * endpoint's own page in flight: they cannot read now, so they read once it
+ * is recorded.  Without this, an event committed while the page was out
+ * waited for the next commit or the poll timer (seen as a 1 s tail in bench
+ * case 3).
  */
 static void
 note_wake(void)
 {
-	HASH_SEQ_STATUS seq;
-	RelayEndpoint *ep;
+	ListCell   *lc;
 
-	hash_seq_init(&seq, endpoints);
-	while ((ep = hash_seq_search(&seq)) != NULL)
+	if (stream_page != NULL)
+		stream_woken_busy = true;
+	foreach(lc, own_readers)
+	{
+		RelayEndpoint *ep = (RelayEndpoint *) lfirst(lc);
+
 		if (ep->page != NULL)
 			ep->woken_busy = true;
+	}
 }
 
 /*
- * Did a recorded batch ask for an endpoint to read again at once, and may
- * it?  (read_step takes the requests as it reads.)
+ * Did a recorded batch ask for the stream or an endpoint to read again at
+ * once, and may it?  (read_step takes the requests as it reads.)
  */
 static bool
 want_more(void)
 {
-	HASH_SEQ_STATUS seq;
-	RelayEndpoint *ep;
-	bool		more = false;
+	ListCell   *lc;
 
-	hash_seq_init(&seq, endpoints);
-	while ((ep = hash_seq_search(&seq)) != NULL)
-		if ((ep->more_page && may_read_page(ep, false)) ||
-			(ep->more_due && may_read_due(ep, false)))
-			more = true;
-	return more;
+	if (stream_more && stream_page == NULL)
+		return true;
+	if (due_again != NIL)
+		return true;
+	foreach(lc, own_readers)
+	{
+		RelayEndpoint *ep = (RelayEndpoint *) lfirst(lc);
+
+		if (ep->more_page && may_read_page(ep, false))
+			return true;
+	}
+	return false;
+}
+
+/*
+ * The stream's page has had no part finish for DETACH_AFTER_MS: the
+ * endpoints whose parts are still in flight hold back every other endpoint
+ * that follows the stream, and stop following it (their parts become their
+ * own pages).  An endpoint alone on the stream holds nobody back.
+ */
+static void
+detach_laggards(void)
+{
+	dlist_iter	iter;
+	List	   *slow = NIL;
+	ListCell   *lc;
+
+	if (stream_page == NULL || stream_page->parts == 0 || followers <= 1 ||
+		!TimestampDifferenceExceeds(stream_page->progress_at, GetCurrentTimestamp(), DETACH_AFTER_MS))
+		return;
+	dlist_foreach(iter, &active)
+	{
+		Batch	   *b = dlist_container(Batch, node, iter.cur);
+
+		if (b->stream == stream_page && b->pending > 0)
+			slow = lappend(slow, b->ep);
+	}
+	foreach(lc, slow)
+	{
+		RelayEndpoint *ep = (RelayEndpoint *) lfirst(lc);
+
+		ereport(DEBUG1,
+				(errmsg("outbox endpoint \"%s\" stops following the stream: its deliveries hold the others back",
+						ep->name)));
+		detach(ep);
+	}
+	list_free(slow);
 }
 
 /* The step of rotate_round; as the relay starts, the version check too. */
@@ -1016,6 +1625,7 @@ outbox_relay_main(Datum arg)
 
 		/* Collect first: finished requests make room for pump(). */
 		collect();
+		detach_laggards();
 		pump();
 		step_start = GetCurrentTimestamp();
 		record_round();

@@ -16,12 +16,31 @@
 #include "policy.h"
 #include "sign.h"
 
+/* Where a detached endpoint's row moves with its detach (detach_past). */
+typedef struct DetachPast
+{
+	char	   *snap;			/* the stream page's batch snapshot (text) */
+	int64		last_id;
+	bool		batch_done;
+} DetachPast;
+
 /* An endpoint as the relay knows it; refreshed from SQL each read round. */
 typedef struct RelayEndpoint
 {
 	int			id;				/* hash key */
 	bool		seen;			/* present in the latest load */
 	bool		active;			/* not paused, not disabled */
+	bool		follows;		/* reads with the stream, not on its own */
+	bool		detach;			/* stops following: its own position takes
+								 * the stream's at the next record */
+	bool		detach_past;	/* and moves past the stream page in flight,
+								 * whose deliveries of it are all recorded */
+	DetachPast	past;
+	char	  **patterns;		/* event-type patterns it subscribes to */
+	int			npatterns;
+	uint64		match_gen;		/* scratch of route_match() */
+	int			routed;			/* scratch of route_page(): its deliveries */
+	struct Batch *part;			/* scratch of route_page(): its part */
 	char	   *name;
 	char	   *url;
 	char	   *headers;		/* "name: value\n" lines, endpoint's own */
@@ -33,7 +52,8 @@ typedef struct RelayEndpoint
 	int			max_attempts;
 	bool		ordered;
 	int			in_flight;		/* its requests in flight */
-	struct Batch *page;			/* page of new events in flight, or NULL */
+	struct Batch *page;			/* page of new events in flight: its own, or
+								 * its part of the stream's page; or NULL */
 	struct Batch *due;			/* due retries in flight, or NULL */
 	bool		more_page;		/* the last page was full: read again at once */
 	bool		more_due;		/* due retries were recorded: read again */
@@ -78,16 +98,55 @@ typedef struct Delivery
 	HttpRequest req;
 } Delivery;
 
+/* An event of a stream page, as read. */
+typedef struct StreamEvent
+{
+	int64		id;
+	pg_uuid_t	event_id;
+	char	   *type;
+	TimestampTz deliver_at;		/* 0: none */
+	char	   *key;
+	char	   *body;
+	char	  **headers;		/* "name: value" lines */
+	int			n_headers;
+} StreamEvent;
+
+/*
+ * A page of the stream: events of every type, read once for all endpoints
+ * that follow the stream, and routed to them as one Batch (a part) each.
+ * Its memory holds the events' bodies, which the parts' deliveries point
+ * to; it is freed once the stream has moved past it and no batch refers to
+ * it any more (a detached endpoint's part may outlive it in the stream).
+ */
+typedef struct StreamPage
+{
+	MemoryContext cxt;
+	char	   *snap;			/* its batch snapshot (text) */
+	int64		last_id;
+	bool		batch_done;		/* the page ended the stream's batch */
+	int			n;				/* events read */
+	StreamEvent *ev;
+	int			parts;			/* parts not yet recorded whole */
+	int			refs;			/* batches whose deliveries point into it */
+	bool		in_stream;		/* the stream has not moved past it yet */
+	TimestampTz progress_at;	/* read, or a part finished, last */
+} StreamPage;
+
 /* What the relay read for one endpoint at once: a page or due retries. */
 typedef struct Batch
 {
 	RelayEndpoint *ep;
 	MemoryContext cxt;
 	bool		is_page;
+	StreamPage *stream;			/* a part of the stream's page: the stream's
+								 * position moves past it, not the endpoint's */
+	StreamPage *events;			/* the stream page its deliveries point
+								 * into, or NULL: they are its own */
 	char	   *snap;			/* the page's batch snapshot (text) */
 	int64		last_id;
 	bool		batch_done;		/* the page ended the batch */
 	int			n;
+	int			room;			/* deliveries allocated */
 	int			next_submit;	/* first delivery that may still wait */
 	int			pending;		/* deliveries without an outcome yet */
 	Delivery   *d;

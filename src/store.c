@@ -21,11 +21,16 @@
 #include "miscadmin.h"
 #include "utils/array.h"
 #include "commands/dbcommands.h"
+#include "funcapi.h"
 #include "utils/builtins.h"
 #include "utils/hsearch.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
+#include "utils/typcache.h"
+#include "access/htup_details.h"
+#include "catalog/namespace.h"
 
 #include "guc.h"
 #include "spi_plan.h"
@@ -34,7 +39,6 @@
 static SPIPlanPtr endpoints_plan = NULL;
 static SPIPlanPtr page_plan = NULL;
 static SPIPlanPtr due_plan = NULL;
-static SPIPlanPtr record_plan = NULL;
 static SPIPlanPtr rotate_plan = NULL;
 
 /* Until the first load of endpoints since this relay started. */
@@ -106,6 +110,36 @@ col_datum(HeapTuple tup, TupleDesc desc, int col, bool *isnull)
 	return SPI_getbinval(tup, desc, col, isnull);
 }
 
+static void
+free_endpoint_strings(RelayEndpoint *ep)
+{
+	pfree(ep->name);
+	pfree(ep->url);
+	pfree(ep->headers);
+	for (int i = 0; i < ep->npatterns; i++)
+		pfree(ep->patterns[i]);
+	if (ep->patterns)
+		pfree(ep->patterns);
+	ep->patterns = NULL;
+	ep->npatterns = 0;
+}
+
+/* The endpoint's event-type patterns (text[]), in current memory. */
+static void
+copy_patterns(RelayEndpoint *ep, Datum arr)
+{
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n;
+
+	deconstruct_array(DatumGetArrayTypeP(arr), TEXTOID, -1, false, TYPALIGN_INT,
+					  &elems, &nulls, &n);
+	ep->npatterns = n;
+	ep->patterns = palloc(sizeof(char *) * Max(n, 1));
+	for (int i = 0; i < n; i++)
+		ep->patterns[i] = TextDatumGetCString(elems[i]);
+}
+
 /*
  * Refresh the endpoint table from SQL.  Entries that disappeared and have
  * nothing in flight are removed; those with something in flight stay
@@ -124,8 +158,10 @@ store_load_endpoints(HTAB *endpoints, MemoryContext cxt)
 								 "  array_to_string(outbox._header_lines(e.headers), E'\\n'), "
 								 "  outbox._timeout_ms(e.timeout), e.max_attempts, e.ordered, "
 								 "  NOT e.paused AND e.disabled_at IS NULL, s.secret, "
-								 "  CASE WHEN s.previous_expires_at > now() THEN s.previous_secret END "
-								 "FROM outbox.endpoints e JOIN outbox.endpoint_secrets s ON s.endpoint_id = e.id",
+								 "  CASE WHEN s.previous_expires_at > now() THEN s.previous_secret END, "
+								 "  e.event_types, p.follows "
+								 "FROM outbox.endpoints e JOIN outbox.endpoint_secrets s ON s.endpoint_id = e.id "
+								 "  JOIN outbox.positions p ON p.endpoint_id = e.id",
 								 0, NULL);
 
 	rc = SPI_execute_plan(endpoints_plan, NULL, NULL, true, 0);
@@ -159,16 +195,19 @@ store_load_endpoints(HTAB *endpoints, MemoryContext cxt)
 			ep->verify_due = first_load;
 		}
 		else
-		{
-			pfree(ep->name);
-			pfree(ep->url);
-			pfree(ep->headers);
-		}
+			free_endpoint_strings(ep);
 		old = MemoryContextSwitchTo(cxt);
 		ep->name = pstrdup(col_text(tup, desc, 2));
 		ep->url = pstrdup(col_text(tup, desc, 3));
 		ep->headers = pstrdup(col_text(tup, desc, 4));
+		copy_patterns(ep, col_datum(tup, desc, 11, &isnull));
 		MemoryContextSwitchTo(old);
+		/*
+		 * The relay knows best whether an endpoint follows the stream: it
+		 * may have detached it without having recorded that yet.
+		 */
+		if (!found || !ep->detach)
+			ep->follows = DatumGetBool(col_datum(tup, desc, 12, &isnull));
 		/*
 		 * Within the bounds create_endpoint() checks: an endpoint stored
 		 * before 1.2 may hold a timeout that passed the interval comparison
@@ -203,33 +242,36 @@ store_load_endpoints(HTAB *endpoints, MemoryContext cxt)
 		if (ep->seen)
 			continue;
 		ep->active = false;
-		if (ep->page == NULL && ep->due == NULL)
+		if (ep->page == NULL && ep->due == NULL && !ep->detach)
 		{
-			pfree(ep->name);
-			pfree(ep->url);
-			pfree(ep->headers);
+			free_endpoint_strings(ep);
 			hash_search(endpoints, &ep->id, HASH_REMOVE, NULL);
 		}
 	}
 }
 
-static Batch *
-new_batch(RelayEndpoint *ep, bool is_page, int n, MemoryContext parent)
+/*
+ * A new batch of n deliveries for ep, in a memory context of its own under
+ * parent.  The caller fills the deliveries.
+ */
+Batch *
+store_new_batch(RelayEndpoint *ep, bool is_page, int n, MemoryContext parent)
 {
-	MemoryContext cxt = AllocSetContextCreate(parent, "outbox batch", ALLOCSET_DEFAULT_SIZES);
+	MemoryContext cxt = AllocSetContextCreate(parent, "outbox batch", ALLOCSET_SMALL_SIZES);
 	Batch	   *b = MemoryContextAllocZero(cxt, sizeof(Batch));
 
 	b->ep = ep;
 	b->cxt = cxt;
 	b->is_page = is_page;
 	b->n = n;
+	b->room = n;
 	b->d = MemoryContextAllocZero(cxt, sizeof(Delivery) * n);
 	return b;
 }
 
-/* Copy a text[] of header lines into the delivery. */
-static void
-copy_header_lines(Delivery *d, Datum arr)
+/* Copy a text[] of header lines into current memory; returns how many. */
+static int
+copy_header_lines(Datum arr, char ***lines)
 {
 	Datum	   *elems;
 	bool	   *nulls;
@@ -237,35 +279,10 @@ copy_header_lines(Delivery *d, Datum arr)
 
 	deconstruct_array(DatumGetArrayTypeP(arr), TEXTOID, -1, false, TYPALIGN_INT,
 					  &elems, &nulls, &n);
-	d->n_event_headers = n;
-	d->event_headers = n ? palloc(sizeof(char *) * n) : NULL;
+	*lines = n ? palloc(sizeof(char *) * n) : NULL;
 	for (int i = 0; i < n; i++)
-		d->event_headers[i] = TextDatumGetCString(elems[i]);
-}
-
-/*
- * On an ordered endpoint, chain each delivery to the previous one of its
- * key in the batch, so that it is sent only after that one is done.
- * Quadratic in the batch size (outbox.batch_size, 500 by default), which
- * is small beside the HTTP work.
- */
-static void
-link_same_key(Batch *b)
-{
-	for (int i = 0; i < b->n; i++)
-	{
-		Delivery   *d = &b->d[i];
-
-		d->prev_same_key = -1;
-		if (!b->ep->ordered || d->key == NULL)
-			continue;
-		for (int j = i - 1; j >= 0; j--)
-			if (b->d[j].key != NULL && strcmp(b->d[j].key, d->key) == 0)
-			{
-				d->prev_same_key = j;
-				break;
-			}
-	}
+		(*lines)[i] = TextDatumGetCString(elems[i]);
+	return n;
 }
 
 /*
@@ -309,7 +326,7 @@ read_batch(SPIPlanPtr plan, RelayEndpoint *ep, bool is_page, int limit, bool ver
 	c_headers = SPI_fnumber(desc, "header_lines");
 	c_delivered = SPI_fnumber(desc, "delivered");
 
-	b = new_batch(ep, is_page, (int) SPI_processed, parent);
+	b = store_new_batch(ep, is_page, (int) SPI_processed, parent);
 	old = MemoryContextSwitchTo(b->cxt);
 	for (int i = 0; i < b->n; i++)
 	{
@@ -323,7 +340,8 @@ read_batch(SPIPlanPtr plan, RelayEndpoint *ep, bool is_page, int limit, bool ver
 		memcpy(&d->event_id, DatumGetUUIDP(col_datum(tup, desc, c_event, &isnull)), sizeof(pg_uuid_t));
 		d->key = col_text(tup, desc, c_key);
 		d->body = TextDatumGetCString(col_datum(tup, desc, c_body, &isnull));
-		copy_header_lines(d, col_datum(tup, desc, c_headers, &isnull));
+		d->n_event_headers = copy_header_lines(col_datum(tup, desc, c_headers, &isnull),
+											   &d->event_headers);
 		d->already = DatumGetBool(col_datum(tup, desc, c_delivered, &isnull));
 	}
 	MemoryContextSwitchTo(old);
@@ -377,7 +395,6 @@ store_read_page(RelayEndpoint *ep, int limit, MemoryContext parent)
 		}
 		d->attempt = d->deferred ? 0 : 1;
 	}
-	link_same_key(b);
 	b->last_id = b->d[b->n - 1].id;
 	/* A page that the byte budget ended is no sign the batch is done. */
 	bytes_cut = DatumGetBool(col_datum(SPI_tuptable->vals[b->n - 1], desc,
@@ -436,99 +453,300 @@ build_array(Datum *values, bool *nulls, int n, Oid type)
 }
 
 /*
- * Record, in one statement, the outcomes of the deliveries of b that are
- * finished and not recorded yet; with complete (nothing of b left in
- * flight), a page's position moves past it too.  Returns false when a
- * concurrent transaction holds the endpoint (nothing was recorded: try
- * again later); true otherwise, also when the endpoint is gone.  The
- * caller marks the deliveries recorded once the transaction committed.
+ * The next page of the stream (outbox._read_stream), or NULL when it has
+ * nothing: events of every type, copied into a new memory context under
+ * parent.
  */
-bool
-store_record(Batch *b, bool complete)
+StreamPage *
+store_read_stream(int limit, MemoryContext parent)
 {
-	int			n = 0;
-	Datum		args[14];
-	char		argnulls[14];
-	Datum	   *ids = palloc(sizeof(Datum) * b->n);
-	Datum	   *event_ids = palloc(sizeof(Datum) * b->n);
-	Datum	   *attempts = palloc(sizeof(Datum) * b->n);
-	Datum	   *outcomes = palloc(sizeof(Datum) * b->n);
-	Datum	   *next_ats = palloc(sizeof(Datum) * b->n);
-	bool	   *next_nulls = palloc(sizeof(bool) * b->n);
-	Datum	   *statuses = palloc(sizeof(Datum) * b->n);
-	bool	   *status_nulls = palloc(sizeof(bool) * b->n);
-	Datum	   *errors = palloc(sizeof(Datum) * b->n);
-	bool	   *error_nulls = palloc(sizeof(bool) * b->n);
-	Datum	   *durations = palloc(sizeof(Datum) * b->n);
-	bool	   *duration_nulls = palloc(sizeof(bool) * b->n);
-	Datum	   *responses = palloc(sizeof(Datum) * b->n);
-	bool	   *response_nulls = palloc(sizeof(bool) * b->n);
+	static SPIPlanPtr stream_plan = NULL;
+	Datum		args[2];
+	int			rc;
+	StreamPage *p;
+	TupleDesc	desc;
+	MemoryContext old;
+	bool		isnull;
+
+	if (stream_plan == NULL)
+	{
+		Oid			types[2] = {INT4OID, INT8OID};
+
+		stream_plan = outbox_prepare_kept("SELECT id, event_id, event_type, deliver_at, key, body, "
+										  "header_lines, batch, bytes_cut "
+										  "FROM outbox._read_stream($1, $2)", 2, types);
+	}
+	args[0] = Int32GetDatum(limit);
+	args[1] = Int64GetDatum((int64) outbox_batch_bytes);
+	rc = SPI_execute_plan(stream_plan, args, NULL, false, 0);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "reading the stream failed: %s", SPI_result_code_string(rc));
+	if (SPI_processed == 0)
+		return NULL;
+
+	desc = SPI_tuptable->tupdesc;
+	p = MemoryContextAllocZero(parent, sizeof(StreamPage));
+	p->cxt = AllocSetContextCreate(parent, "outbox stream page", ALLOCSET_DEFAULT_SIZES);
+	old = MemoryContextSwitchTo(p->cxt);
+	p->n = (int) SPI_processed;
+	p->ev = palloc0(sizeof(StreamEvent) * p->n);
+	for (int i = 0; i < p->n; i++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[i];
+		StreamEvent *e = &p->ev[i];
+		Datum		v;
+
+		e->id = DatumGetInt64(col_datum(tup, desc, 1, &isnull));
+		memcpy(&e->event_id, DatumGetUUIDP(col_datum(tup, desc, 2, &isnull)), sizeof(pg_uuid_t));
+		e->type = col_text(tup, desc, 3);
+		v = col_datum(tup, desc, 4, &isnull);
+		e->deliver_at = isnull ? 0 : DatumGetTimestampTz(v);
+		e->key = col_text(tup, desc, 5);
+		e->body = TextDatumGetCString(col_datum(tup, desc, 6, &isnull));
+		e->n_headers = copy_header_lines(col_datum(tup, desc, 7, &isnull), &e->headers);
+	}
+	p->snap = col_text(SPI_tuptable->vals[0], desc, 8);
+	p->last_id = p->ev[p->n - 1].id;
+	/* As for an endpoint's page: a page the byte budget ended is no end. */
+	p->batch_done = p->n < limit &&
+		!DatumGetBool(col_datum(SPI_tuptable->vals[p->n - 1], desc, 9, &isnull));
+	MemoryContextSwitchTo(old);
+	SPI_freetuptable(SPI_tuptable);
+	p->in_stream = true;
+	return p;
+}
+
+/* An int4[] result's elements, palloc'd; returns how many. */
+static int
+int_array(Datum arr, int **out)
+{
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n;
+
+	deconstruct_array(DatumGetArrayTypeP(arr), INT4OID, 4, true, TYPALIGN_INT,
+					  &elems, &nulls, &n);
+	*out = palloc(sizeof(int) * Max(n, 1));
+	for (int i = 0; i < n; i++)
+		(*out)[i] = DatumGetInt32(elems[i]);
+	return n;
+}
+
+/*
+ * For n deliveries routed from a stream page (endpoint, event, key, and
+ * whether the endpoint is ordered): whether each was answered with a 2xx
+ * already (only with verify) and whether it waits behind its key.
+ */
+void
+store_route_checks(int n, const int *eids, const pg_uuid_t *const *event_ids,
+				   char *const *keys, const bool *ordered, bool verify,
+				   bool *delivered, bool *blocked)
+{
+	static SPIPlanPtr plan = NULL;
+	Datum		args[5];
+	Datum	   *v = palloc(sizeof(Datum) * Max(n, 1));
+	bool	   *nulls = palloc(sizeof(bool) * Max(n, 1));
 	int			rc;
 
-	if (record_plan == NULL)
+	if (plan == NULL)
 	{
-		Oid			types[14] = {INT4OID, TEXTOID, INT8OID, BOOLOID,
-			INT8ARRAYOID, UUIDARRAYOID, INT4ARRAYOID, TEXTARRAYOID,
-			TIMESTAMPTZARRAYOID, INT4ARRAYOID, TEXTARRAYOID,
-		FLOAT4ARRAYOID, TEXTARRAYOID, TEXTOID};
+		Oid			types[5] = {INT4ARRAYOID, UUIDARRAYOID, TEXTARRAYOID, BOOLARRAYOID, BOOLOID};
 
-		record_plan = outbox_prepare_kept("SELECT outbox._record($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
-							  14, types);
+		plan = outbox_prepare_kept("SELECT delivered, blocked FROM outbox._route_checks($1, $2, $3, $4, $5)",
+								   5, types);
 	}
-
-	for (int i = 0; i < b->n; i++)
+	for (int i = 0; i < n; i++)
+		v[i] = Int32GetDatum(eids[i]);
+	args[0] = build_array(v, NULL, n, INT4OID);
+	for (int i = 0; i < n; i++)
+		v[i] = UUIDPGetDatum(event_ids[i]);
+	args[1] = build_array(v, NULL, n, UUIDOID);
+	for (int i = 0; i < n; i++)
 	{
-		Delivery   *d = &b->d[i];
-		bool		sent = !d->deferred && !d->already;
-
-		if (d->state != DELIVERY_DONE || d->recorded)
-			continue;
-		ids[n] = Int64GetDatum(d->id);
-		event_ids[n] = UUIDPGetDatum(&d->event_id);
-		attempts[n] = Int32GetDatum(d->attempt);
-		outcomes[n] = CStringGetTextDatum(d->outcome);
-		next_nulls[n] = d->next_at == 0;
-		next_ats[n] = TimestampTzGetDatum(d->next_at);
-		status_nulls[n] = !sent || d->req.status == 0;
-		statuses[n] = Int32GetDatum((int32) d->req.status);
-		error_nulls[n] = !sent || d->req.error[0] == '\0';
-		errors[n] = error_nulls[n] ? (Datum) 0 : CStringGetTextDatum(d->req.error);
-		duration_nulls[n] = !sent;
-		durations[n] = Float4GetDatum((float4) d->req.duration_ms);
-		response_nulls[n] = !sent || d->req.response_len == 0;
-		responses[n] = response_nulls[n] ? (Datum) 0 :
-			PointerGetDatum(cstring_to_text_with_len(d->req.response, d->req.response_len));
-		n++;
+		nulls[i] = keys[i] == NULL;
+		v[i] = nulls[i] ? (Datum) 0 : CStringGetTextDatum(keys[i]);
 	}
-
-	args[0] = Int32GetDatum(b->ep->id);
-	args[1] = b->snap ? CStringGetTextDatum(b->snap) : (Datum) 0;
-	args[2] = Int64GetDatum(b->last_id);
-	args[3] = BoolGetDatum(b->batch_done);
-	args[4] = build_array(ids, NULL, n, INT8OID);
-	args[5] = build_array(event_ids, NULL, n, UUIDOID);
-	args[6] = build_array(attempts, NULL, n, INT4OID);
-	args[7] = build_array(outcomes, NULL, n, TEXTOID);
-	args[8] = build_array(next_ats, next_nulls, n, TIMESTAMPTZOID);
-	args[9] = build_array(statuses, status_nulls, n, INT4OID);
-	args[10] = build_array(errors, error_nulls, n, TEXTOID);
-	args[11] = build_array(durations, duration_nulls, n, FLOAT4OID);
-	args[12] = build_array(responses, response_nulls, n, TEXTOID);
-	args[13] = b->disable_reason ? CStringGetTextDatum(b->disable_reason) : (Datum) 0;
-	for (int i = 0; i < 14; i++)
-		argnulls[i] = ' ';
-	/* The position moves only once nothing of the page is in flight. */
-	if (b->snap == NULL || !b->is_page || !complete)
-		argnulls[1] = 'n';
-	if (b->disable_reason == NULL)
-		argnulls[13] = 'n';
-
-	rc = SPI_execute_plan(record_plan, args, argnulls, false, 0);
-	if (rc != SPI_OK_SELECT || SPI_processed != 1)
-		elog(ERROR, "recording outcomes failed: %s", SPI_result_code_string(rc));
+	args[2] = build_array(v, nulls, n, TEXTOID);
+	for (int i = 0; i < n; i++)
+		v[i] = BoolGetDatum(ordered[i]);
+	args[3] = build_array(v, NULL, n, BOOLOID);
+	args[4] = BoolGetDatum(verify);
+	rc = SPI_execute_plan(plan, args, NULL, true, 0);
+	if (rc != SPI_OK_SELECT || SPI_processed != (uint64) n)
+		elog(ERROR, "checking routed events failed: %s", SPI_result_code_string(rc));
+	for (int i = 0; i < n; i++)
 	{
 		bool		isnull;
 
-		return DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+		delivered[i] = DatumGetBool(col_datum(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
+		blocked[i] = DatumGetBool(col_datum(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &isnull));
 	}
+	SPI_freetuptable(SPI_tuptable);
+}
+
+/*
+ * Let those of the candidates whose own position equals the stream's follow
+ * it again (outbox._attach); returns how many did, their ids in *attached.
+ */
+int
+store_attach(const int *candidates, int n, int **attached)
+{
+	static SPIPlanPtr plan = NULL;
+	Datum	   *v = palloc(sizeof(Datum) * Max(n, 1));
+	Datum		arg;
+	bool		isnull;
+	int			rc;
+
+	if (plan == NULL)
+	{
+		Oid			types[1] = {INT4ARRAYOID};
+
+		plan = outbox_prepare_kept("SELECT outbox._attach($1)", 1, types);
+	}
+	for (int i = 0; i < n; i++)
+		v[i] = Int32GetDatum(candidates[i]);
+	arg = build_array(v, NULL, n, INT4OID);
+	rc = SPI_execute_plan(plan, &arg, NULL, false, 0);
+	if (rc != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "attaching endpoints failed: %s", SPI_result_code_string(rc));
+	return int_array(col_datum(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull), attached);
+}
+
+/* The endpoints with retries due now; returns how many, their ids in *ids. */
+int
+store_due_endpoints(int **ids)
+{
+	static SPIPlanPtr plan = NULL;
+	bool		isnull;
+	int			rc;
+
+	if (plan == NULL)
+		plan = outbox_prepare_kept("SELECT outbox._due_endpoints()", 0, NULL);
+	rc = SPI_execute_plan(plan, NULL, NULL, true, 0);
+	if (rc != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "finding due retries failed: %s", SPI_result_code_string(rc));
+	return int_array(col_datum(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull), ids);
+}
+
+/* The oid of a type of the extension's, by name. */
+static Oid
+outbox_type(const char *name)
+{
+	Oid			nsp = get_namespace_oid("outbox", false);
+	Oid			type = GetSysCacheOid2(TYPENAMENSP, Anum_pg_type_oid,
+									   CStringGetDatum(name), ObjectIdGetDatum(nsp));
+
+	if (!OidIsValid(type))
+		elog(ERROR, "type outbox.%s does not exist", name);
+	return type;
+}
+
+/* The number of attributes of outbox.outcome and outbox.page_done. */
+#define OUTCOME_ATTRS	11
+#define PAGE_DONE_ATTRS 4
+
+/* One delivery's outcome as an outbox.outcome. */
+static Datum
+outcome_datum(TupleDesc td, const Delivery *d, const char *disable_reason)
+{
+	Datum		v[OUTCOME_ATTRS];
+	bool		n[OUTCOME_ATTRS];
+	bool		sent = !d->deferred && !d->already;
+
+	memset(n, 0, sizeof(n));
+	v[0] = Int32GetDatum(d->batch->ep->id);
+	v[1] = Int64GetDatum(d->id);
+	v[2] = UUIDPGetDatum(&d->event_id);
+	v[3] = Int32GetDatum(d->attempt);
+	v[4] = CStringGetTextDatum(d->outcome);
+	n[5] = d->next_at == 0;
+	v[5] = TimestampTzGetDatum(d->next_at);
+	n[6] = !sent || d->req.status == 0;
+	v[6] = Int32GetDatum((int32) d->req.status);
+	n[7] = !sent || d->req.error[0] == '\0';
+	v[7] = n[7] ? (Datum) 0 : CStringGetTextDatum(d->req.error);
+	n[8] = !sent;
+	v[8] = Float4GetDatum((float4) d->req.duration_ms);
+	n[9] = !sent || d->req.response_len == 0;
+	v[9] = n[9] ? (Datum) 0 :
+		PointerGetDatum(cstring_to_text_with_len(d->req.response, d->req.response_len));
+	n[10] = disable_reason == NULL;
+	v[10] = n[10] ? (Datum) 0 : CStringGetTextDatum(disable_reason);
+	return HeapTupleGetDatum(heap_form_tuple(td, v, n));
+}
+
+/*
+ * Record, in one statement (outbox._record), the finished deliveries of the
+ * set's batches that are not recorded yet, the pages whose positions move
+ * and the endpoints that stop following the stream.  Returns how many
+ * endpoints another transaction holds (a drop_endpoint() not yet
+ * committed), their ids in *locked: nothing of theirs was recorded, and the
+ * stream did not move.  The caller marks the rest recorded once the
+ * transaction committed.
+ */
+int
+store_record(const RecordSet *set, int **locked)
+{
+	static SPIPlanPtr plan = NULL;
+	Oid			outcome_type = outbox_type("outcome");
+	Oid			page_type = outbox_type("page_done");
+	TupleDesc	outcome_td = lookup_rowtype_tupdesc_copy(outcome_type, -1);
+	TupleDesc	page_td = lookup_rowtype_tupdesc_copy(page_type, -1);
+	int			total = 0;
+	int			n = 0;
+	Datum	   *outcomes;
+	Datum	   *pages = palloc(sizeof(Datum) * Max(set->npages, 1));
+	Datum	   *detach = palloc(sizeof(Datum) * Max(set->ndetach, 1));
+	Datum		args[3];
+	bool		isnull;
+	int			rc;
+
+	if (plan == NULL)
+	{
+		Oid			types[3] = {get_array_type(outcome_type), get_array_type(page_type), INT4ARRAYOID};
+
+		plan = outbox_prepare_kept("SELECT outbox._record($1, $2, $3)", 3, types);
+	}
+
+	for (int i = 0; i < set->nbatches; i++)
+		total += set->batches[i]->n;
+	outcomes = palloc(sizeof(Datum) * Max(total, 1));
+	for (int i = 0; i < set->nbatches; i++)
+	{
+		Batch	   *b = set->batches[i];
+		const char *reason = b->disable_reason;
+
+		for (int j = 0; j < b->n; j++)
+		{
+			Delivery   *d = &b->d[j];
+
+			if (d->state != DELIVERY_DONE || d->recorded)
+				continue;
+			outcomes[n++] = outcome_datum(outcome_td, d, reason);
+			reason = NULL;
+		}
+	}
+	for (int i = 0; i < set->npages; i++)
+	{
+		Datum		v[PAGE_DONE_ATTRS];
+		bool		nulls[PAGE_DONE_ATTRS] = {false, false, false, false};
+		const PageDone *p = &set->pages[i];
+
+		nulls[0] = p->endpoint_id == 0;
+		v[0] = Int32GetDatum(p->endpoint_id);
+		v[1] = CStringGetTextDatum(p->batch);
+		v[2] = Int64GetDatum(p->last_id);
+		v[3] = BoolGetDatum(p->batch_done);
+		pages[i] = HeapTupleGetDatum(heap_form_tuple(page_td, v, nulls));
+	}
+	for (int i = 0; i < set->ndetach; i++)
+		detach[i] = Int32GetDatum(set->detach[i]);
+
+	args[0] = PointerGetDatum(construct_array(outcomes, n, outcome_type, -1, false, TYPALIGN_DOUBLE));
+	args[1] = PointerGetDatum(construct_array(pages, set->npages, page_type, -1, false, TYPALIGN_DOUBLE));
+	args[2] = build_array(detach, NULL, set->ndetach, INT4OID);
+	rc = SPI_execute_plan(plan, args, NULL, false, 0);
+	if (rc != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "recording outcomes failed: %s", SPI_result_code_string(rc));
+	return int_array(col_datum(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull), locked);
 }

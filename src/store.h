@@ -22,12 +22,42 @@
 #define OUTBOX_MIN_TIMEOUT_MS	1000
 #define OUTBOX_MAX_TIMEOUT_MS	300000
 
+/*
+ * A page whose deliveries are all recorded, and the position it moves: an
+ * endpoint's own, or with endpoint_id 0 the stream's.
+ */
+typedef struct PageDone
+{
+	int			endpoint_id;
+	const char *batch;			/* the page's batch snapshot (text) */
+	int64		last_id;
+	bool		batch_done;
+} PageDone;
+
+/* What one record statement records (store_record). */
+typedef struct RecordSet
+{
+	Batch	  **batches;		/* their finished deliveries not yet recorded */
+	int			nbatches;
+	PageDone   *pages;
+	int			npages;
+	int		   *detach;			/* endpoints that stop following the stream */
+	int			ndetach;
+} RecordSet;
+
 extern bool store_extension_present(void);
 extern bool store_extension_ready(void);
 extern void store_rotate(void);
 extern void store_load_endpoints(HTAB *endpoints, MemoryContext cxt);
+extern Batch *store_new_batch(RelayEndpoint *ep, bool is_page, int n, MemoryContext parent);
+extern StreamPage *store_read_stream(int limit, MemoryContext parent);
+extern void store_route_checks(int n, const int *eids, const pg_uuid_t *const *event_ids,
+							   char *const *keys, const bool *ordered, bool verify,
+							   bool *delivered, bool *blocked);
+extern int	store_attach(const int *candidates, int n, int **attached);
+extern int	store_due_endpoints(int **ids);
 extern Batch *store_read_page(RelayEndpoint *ep, int limit, MemoryContext parent);
 extern Batch *store_read_due(RelayEndpoint *ep, int limit, MemoryContext parent);
-extern bool store_record(Batch *batch, bool complete);
+extern int	store_record(const RecordSet *set, int **locked);
 
 #endif							/* OUTBOX_STORE_H */

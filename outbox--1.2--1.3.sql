@@ -1,0 +1,719 @@
+-- outbox 1.2 -> 1.3: the relay reads each event once, not once per
+-- endpoint, and records the outcomes of many endpoints in one statement.
+--
+-- A fresh CREATE EXTENSION outbox runs outbox--1.0.sql and every update
+-- script after it, so an installed 1.3 and an updated 1.2 are the same by
+-- construction.
+
+----------------------------------------------------------------------------
+-- The shared stream (DESIGN.md, "The read path")
+----------------------------------------------------------------------------
+
+-- The relay's one position over all events.  An endpoint whose position
+-- row says follows is exactly where the stream is: every event the stream
+-- has passed is done for it (delivered, dead, waiting in outbox.retries,
+-- or of a type it does not subscribe to).  The relay reads a page of the
+-- stream once and routes each event to the following endpoints whose
+-- patterns match it.  An endpoint that falls behind (paused, disabled,
+-- failing without pause, slower than the others, just created) is
+-- detached: its own position takes the stream's, and it reads its own
+-- pages until it is back where the stream is, then follows again.
+--
+-- No row at install: the relay makes it on its first read.  It is dumped,
+-- so that a restore carries on from where the stream was.
+CREATE TABLE outbox.stream (
+    singleton         boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+    snap              pg_snapshot NOT NULL,
+    next_snap         pg_snapshot,
+    after_id          bigint NOT NULL DEFAULT 0,
+    updated_at        timestamptz NOT NULL DEFAULT now(),
+    system_identifier text NOT NULL DEFAULT outbox._system_identifier()
+);
+COMMENT ON TABLE outbox.stream IS 'the relay''s shared read position: events of transactions visible in snap are done for every endpoint that follows it';
+SELECT pg_catalog.pg_extension_config_dump('outbox.stream', '');
+
+ALTER TABLE outbox.positions ADD COLUMN follows boolean NOT NULL DEFAULT false;
+COMMENT ON COLUMN outbox.positions.follows IS
+    'the endpoint is where outbox.stream is; its own snap, next_snap and after_id are not used meanwhile';
+
+-- Every endpoint's position as it stands: its own, or the stream's when it
+-- follows the stream.  What reads positions reads this.
+CREATE VIEW outbox._positions AS
+SELECT p.endpoint_id,
+       CASE WHEN p.follows THEN s.snap ELSE p.snap END AS snap,
+       CASE WHEN p.follows THEN s.next_snap ELSE p.next_snap END AS next_snap,
+       CASE WHEN p.follows THEN s.after_id ELSE p.after_id END AS after_id,
+       p.follows
+  FROM outbox.positions p
+  LEFT JOIN outbox.stream s ON p.follows;
+COMMENT ON VIEW outbox._positions IS 'internal: each endpoint''s position, its own or the stream''s';
+
+-- Does snapshot a see every transaction that b sees?  (a was taken after
+-- b, or is b.)  Everything b sees lies below b's xmax and is not in b's
+-- in-progress list; a sees it when a's xmax is no lower and none of a's
+-- in-progress transactions below b's xmax is one that b sees.
+CREATE FUNCTION outbox._snap_contains(a pg_snapshot, b pg_snapshot) RETURNS boolean
+LANGUAGE sql IMMUTABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT pg_snapshot_xmax(a) >= pg_snapshot_xmax(b)
+       AND NOT EXISTS (SELECT 1 FROM pg_snapshot_xip(a) x
+                        WHERE x < pg_snapshot_xmax(b) AND pg_visible_in_snapshot(x, b))
+$$;
+COMMENT ON FUNCTION outbox._snap_contains(pg_snapshot, pg_snapshot) IS
+    'internal: whether snapshot a sees every transaction snapshot b sees';
+
+-- The stream's row, made at the current snapshot if there is none yet, and
+-- locked for the caller's transaction.
+CREATE FUNCTION outbox._stream_row() RETURNS outbox.stream
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    st outbox.stream;
+BEGIN
+    SELECT * INTO st FROM outbox.stream FOR UPDATE;
+    IF NOT FOUND THEN
+        INSERT INTO outbox.stream (snap) VALUES (pg_current_snapshot())
+        ON CONFLICT (singleton) DO NOTHING;
+        SELECT * INTO st FROM outbox.stream FOR UPDATE;
+    END IF;
+    RETURN st;
+END
+$$;
+
+-- The next page of the stream: events of its batch after after_id, of any
+-- type, in id order, at most lim and ending after the event that brings it
+-- to max_bytes (one event at least).  Opens a new batch (visible now, not
+-- in the stream's snapshot) when none is open and there is an event in it;
+-- closes a batch found empty.  The relay routes each event to the
+-- following endpoints that subscribe to its type, and moves the stream
+-- past the page when it records the page's last outcomes (_record).
+CREATE FUNCTION outbox._read_stream(lim integer, max_bytes bigint)
+RETURNS TABLE (id bigint, event_id uuid, event_type text, deliver_at timestamptz, key text,
+               body text, header_lines text[], batch text, bytes_cut boolean)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+AS $$
+DECLARE
+    st  outbox.stream := outbox._stream_row();
+    nxt pg_snapshot;
+    lo  bigint;
+BEGIN
+    -- At most twice: an open batch found empty is closed, then a new one
+    -- is opened from the current snapshot.
+    FOR attempt IN 1..2 LOOP
+        IF st.next_snap IS NULL THEN
+            nxt := pg_current_snapshot();
+            IF nxt::text = st.snap::text THEN
+                RETURN;
+            END IF;
+            -- As _read_page: the batch's first id, through the txid index.
+            SELECT min(b.id) INTO lo
+              FROM (SELECT e.id, e.txid FROM outbox.events e
+                     WHERE e.txid >= pg_snapshot_xmin(st.snap) AND e.txid < pg_snapshot_xmax(nxt)
+                    OFFSET 0) b
+             WHERE pg_visible_in_snapshot(b.txid, nxt) AND NOT pg_visible_in_snapshot(b.txid, st.snap);
+            -- Nothing new: an idle relay writes nothing.
+            IF lo IS NULL THEN
+                RETURN;
+            END IF;
+            UPDATE outbox.stream s SET next_snap = nxt, after_id = lo - 1, updated_at = now()
+            RETURNING * INTO st;
+        END IF;
+
+        RETURN QUERY
+            SELECT e.id, e.event_id, e.event_type, e.deliver_at, e.key,
+                   outbox._body(e.event_type, e.created_at, e.payload),
+                   CASE WHEN e.headers IS NULL THEN '{}' ELSE outbox._header_lines(e.headers) END,
+                   st.next_snap::text,
+                   (max(e.upto) OVER ()) >= max_bytes
+              FROM (SELECT ev.*, sum(ev.sz) OVER (ORDER BY ev.id) AS upto
+                      FROM (SELECT e1.id, e1.event_id, e1.event_type, e1.deliver_at, e1.key,
+                                   e1.created_at, e1.payload, e1.headers,
+                                   outbox._event_bytes(e1.payload, e1.headers) AS sz
+                              FROM outbox.events e1
+                             WHERE e1.id > st.after_id
+                               AND pg_visible_in_snapshot(e1.txid, st.next_snap)
+                               AND NOT pg_visible_in_snapshot(e1.txid, st.snap)
+                             ORDER BY e1.id
+                             LIMIT lim) ev) e
+             WHERE e.upto - e.sz < max_bytes
+             ORDER BY e.id;
+        IF FOUND THEN
+            RETURN;
+        END IF;
+        UPDATE outbox.stream s
+           SET snap = s.next_snap, next_snap = NULL, after_id = 0, updated_at = now()
+        RETURNING * INTO st;
+    END LOOP;
+END
+$$;
+COMMENT ON FUNCTION outbox._read_stream(integer, bigint) IS
+    'internal: the next page of the relay''s shared stream, every event type, bounded in events and in bytes';
+
+-- For the events of a stream page routed to endpoints (one pair per
+-- delivery, in order): whether the endpoint answered it with a 2xx already
+-- (with verify, after a restart), and, for an ordered endpoint, whether an
+-- earlier event of its key is still owed (it waits behind it).
+CREATE FUNCTION outbox._route_checks(eids integer[], event_ids uuid[], keys text[],
+                                     ordered boolean[], verify boolean)
+RETURNS TABLE (delivered boolean, blocked boolean)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+AS $$
+    SELECT verify AND outbox._delivered(r.eid, r.evid, '-infinity'),
+           r.ord AND r.key IS NOT NULL
+               AND EXISTS (SELECT 1 FROM outbox.retries q WHERE q.endpoint_id = r.eid AND q.key = r.key)
+      FROM unnest(eids, event_ids, keys, ordered) WITH ORDINALITY AS r(eid, evid, key, ord, n)
+     ORDER BY r.n
+$$;
+COMMENT ON FUNCTION outbox._route_checks(integer[], uuid[], text[], boolean[], boolean) IS
+    'internal: per routed delivery of a stream page, whether it was delivered already and whether it waits behind its key';
+
+-- Endpoints that are back where the stream is follow it again: their own
+-- position equals the stream's, and the relay has nothing of theirs or of
+-- the stream in flight (it passes only such endpoints).  Returns those
+-- that now follow.
+CREATE FUNCTION outbox._attach(candidates integer[]) RETURNS integer[]
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH st AS (SELECT * FROM outbox.stream),
+    a AS (
+        UPDATE outbox.positions p SET follows = true, updated_at = now()
+          FROM st
+         WHERE p.endpoint_id = ANY (candidates) AND NOT p.follows
+           AND p.snap::text = st.snap::text
+           AND p.next_snap::text IS NOT DISTINCT FROM st.next_snap::text
+           AND (p.next_snap IS NULL OR p.after_id = st.after_id)
+        RETURNING p.endpoint_id
+    )
+    SELECT coalesce(array_agg(endpoint_id), '{}') FROM a
+$$;
+COMMENT ON FUNCTION outbox._attach(integer[]) IS
+    'internal: endpoints whose position reached the stream''s follow it again';
+
+----------------------------------------------------------------------------
+-- An endpoint's own pages lead back to the stream
+----------------------------------------------------------------------------
+
+-- As in 1.2, with one change: a new batch of a detached endpoint ends at
+-- the stream's snapshot (the end of the stream's open batch, or where the
+-- stream is) when that lies ahead of the endpoint, so that it arrives
+-- where the stream is and can follow it again; an endpoint already there
+-- reads nothing and waits to be attached.  Otherwise (the stream is behind
+-- the endpoint, as for one just created) the batch ends now, as before.
+CREATE OR REPLACE FUNCTION outbox._read_page(eid integer, lim integer, verify boolean, max_bytes bigint)
+RETURNS TABLE (id bigint, event_id uuid, deliver_at timestamptz, key text,
+               body text, header_lines text[], batch text, blocked boolean,
+               delivered boolean, bytes_cut boolean)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+AS $$
+DECLARE
+    pos  outbox.positions;
+    nxt  pg_snapshot;
+    target pg_snapshot;
+    lo   bigint;
+    pats text[];
+    match_all boolean;
+    is_ordered boolean;
+BEGIN
+    SELECT outbox._like_patterns(ep.event_types), '*' = ANY (ep.event_types), ep.ordered
+      INTO pats, match_all, is_ordered
+      FROM outbox.endpoints ep WHERE ep.id = eid;
+    FOR attempt IN 1..2 LOOP
+        -- A position locked by a concurrent drop_endpoint() is left alone,
+        -- and one that follows the stream is read with the stream.
+        SELECT * INTO pos FROM outbox.positions p WHERE p.endpoint_id = eid
+           FOR UPDATE SKIP LOCKED;
+        IF NOT FOUND OR pos.follows THEN
+            RETURN;
+        END IF;
+        IF pos.next_snap IS NULL THEN
+            SELECT coalesce(s.next_snap, s.snap) INTO target FROM outbox.stream s;
+            IF target::text = pos.snap::text THEN
+                RETURN;
+            ELSIF target IS NOT NULL AND outbox._snap_contains(target, pos.snap) THEN
+                nxt := target;
+            ELSE
+                nxt := pg_current_snapshot();
+                IF nxt::text = pos.snap::text THEN
+                    RETURN;
+                END IF;
+            END IF;
+            SELECT min(b.id) INTO lo
+              FROM (SELECT e.id, e.txid FROM outbox.events e
+                     WHERE e.txid >= pg_snapshot_xmin(pos.snap) AND e.txid < pg_snapshot_xmax(nxt)
+                    OFFSET 0) b
+             WHERE pg_visible_in_snapshot(b.txid, nxt) AND NOT pg_visible_in_snapshot(b.txid, pos.snap);
+            IF lo IS NULL THEN
+                -- Nothing between: a position bound for the stream's
+                -- snapshot moves there at once; otherwise an idle relay
+                -- writes nothing.
+                IF nxt::text = target::text THEN
+                    UPDATE outbox.positions p SET snap = nxt, after_id = 0, updated_at = now()
+                     WHERE p.endpoint_id = eid;
+                END IF;
+                RETURN;
+            END IF;
+            UPDATE outbox.positions p SET next_snap = nxt, after_id = lo - 1, updated_at = now()
+             WHERE p.endpoint_id = eid
+            RETURNING * INTO pos;
+        END IF;
+
+        RETURN QUERY
+            SELECT e.id, e.event_id, e.deliver_at, e.key,
+                   outbox._body(e.event_type, e.created_at, e.payload),
+                   CASE WHEN e.headers IS NULL THEN '{}' ELSE outbox._header_lines(e.headers) END,
+                   pos.next_snap::text,
+                   is_ordered AND e.key IS NOT NULL
+                       AND EXISTS (SELECT 1 FROM outbox.retries r
+                                    WHERE r.endpoint_id = eid AND r.key = e.key),
+                   verify AND outbox._delivered(eid, e.event_id, '-infinity'),
+                   (max(e.upto) OVER ()) >= max_bytes
+              FROM (SELECT ev.id, ev.event_id, ev.deliver_at, ev.key, ev.event_type, ev.created_at,
+                           ev.payload, ev.headers, ev.sz,
+                           sum(ev.sz) OVER (ORDER BY ev.id) AS upto
+                      FROM (SELECT e1.*, outbox._event_bytes(e1.payload, e1.headers) AS sz
+                              FROM outbox.events e1
+                             WHERE e1.id > pos.after_id
+                               AND pg_visible_in_snapshot(e1.txid, pos.next_snap)
+                               AND NOT pg_visible_in_snapshot(e1.txid, pos.snap)
+                               AND (match_all OR e1.event_type LIKE ANY (pats))
+                             ORDER BY e1.id
+                             LIMIT lim) ev) e
+             WHERE e.upto - e.sz < max_bytes
+             ORDER BY e.id;
+        IF FOUND THEN
+            RETURN;
+        END IF;
+        UPDATE outbox.positions p
+           SET snap = p.next_snap, next_snap = NULL, after_id = 0, updated_at = now()
+         WHERE p.endpoint_id = eid;
+    END LOOP;
+END
+$$;
+
+-- Endpoints with retries due now: the relay reads due retries of these
+-- only, not of every endpoint.
+CREATE FUNCTION outbox._due_endpoints() RETURNS integer[]
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce(array_agg(DISTINCT r.endpoint_id), '{}')
+      FROM outbox.retries r WHERE r.next_at <= now()
+$$;
+COMMENT ON FUNCTION outbox._due_endpoints() IS 'internal: endpoints that have retries due now';
+
+----------------------------------------------------------------------------
+-- Recording many endpoints' outcomes at once
+----------------------------------------------------------------------------
+
+-- One finished delivery, as the relay records it.  outcome is 'delivered',
+-- 'retry', 'dead', 'deferred' (not sent: its deliver_at is later, or it
+-- waits behind its key) or 'already' (answered with a 2xx before a
+-- restart; not sent).  disable_reason is set on the delivery whose answer
+-- asked to disable the endpoint (410, webhook-delivery: disable).
+CREATE TYPE outbox.outcome AS (
+    endpoint_id    integer,
+    id             bigint,
+    event_id       uuid,
+    attempt        integer,
+    outcome        text,
+    next_at        timestamptz,
+    status         integer,
+    error          text,
+    duration_ms    real,
+    response       text,
+    disable_reason text
+);
+COMMENT ON TYPE outbox.outcome IS 'internal: one finished delivery, as the relay records it';
+
+-- A page whose deliveries are all recorded: the position it moves.
+-- endpoint_id NULL is the stream.  batch is the page's batch snapshot
+-- (text); the position moves only if it is still in that batch.
+CREATE TYPE outbox.page_done AS (
+    endpoint_id integer,
+    batch       text,
+    last_id     bigint,
+    batch_done  boolean
+);
+COMMENT ON TYPE outbox.page_done IS 'internal: a page read and recorded whole, and the position it moves';
+
+-- Record, in one statement, finished deliveries of any endpoints, the
+-- pages they complete, and the endpoints that stop following the stream
+-- (detach: their own position takes the stream's, before the stream moves).
+-- Returns the endpoints whose row another transaction holds (a
+-- drop_endpoint() not yet committed): nothing of theirs was recorded, and
+-- the stream did not move; the relay tries them again later.  An endpoint
+-- that is gone has nothing left to record and is not returned.
+CREATE FUNCTION outbox._record(outcomes outbox.outcome[], pages outbox.page_done[], detach integer[])
+RETURNS integer[]
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+AS $$
+DECLARE
+    wanted integer[];
+    held integer[];
+    locked integer[];
+BEGIN
+    wanted := ARRAY(SELECT DISTINCT x FROM (
+                        SELECT o.endpoint_id FROM unnest(outcomes) o
+                        UNION ALL SELECT p.endpoint_id FROM unnest(pages) p WHERE p.endpoint_id IS NOT NULL
+                        UNION ALL SELECT unnest(detach)) u(x)
+                     ORDER BY x);
+    -- Hold each endpoint against a concurrent drop, without waiting: one
+    -- relay serves every endpoint, so it must not queue behind an open
+    -- transaction.
+    held := ARRAY(SELECT e.id FROM outbox.endpoints e WHERE e.id = ANY (wanted)
+                   ORDER BY e.id FOR KEY SHARE SKIP LOCKED);
+    locked := ARRAY(SELECT e.id FROM outbox.endpoints e
+                     WHERE e.id = ANY (wanted) AND e.id <> ALL (held));
+    IF cardinality(locked) > 0 THEN
+        -- The stream moves only when everything routed to it is recorded.
+        pages := ARRAY(SELECT p FROM unnest(pages) p WHERE p.endpoint_id = ANY (held));
+        outcomes := ARRAY(SELECT o FROM unnest(outcomes) o WHERE o.endpoint_id = ANY (held));
+        detach := ARRAY(SELECT d FROM unnest(detach) d WHERE d = ANY (held));
+    END IF;
+
+    -- Detached endpoints start from the stream's position as it is now,
+    -- before this statement moves it.
+    IF cardinality(detach) > 0 THEN
+        UPDATE outbox.positions p
+           SET follows = false, snap = s.snap, next_snap = s.next_snap, after_id = s.after_id,
+               updated_at = now()
+          FROM outbox.stream s
+         WHERE p.endpoint_id = ANY (detach) AND p.follows;
+    END IF;
+
+    INSERT INTO outbox.attempt_log (endpoint_id, id, event_id, attempt, duration_ms, status, error, response, slot)
+    SELECT o.endpoint_id, o.id, o.event_id, o.attempt, o.duration_ms, o.status, o.error, o.response,
+           (SELECT r.slot FROM outbox.rotation r WHERE r.tbl = 'attempt_log' AND r.current)
+      FROM unnest(outcomes) o
+     WHERE o.outcome NOT IN ('deferred', 'already') AND o.endpoint_id = ANY (held);
+
+    -- Only failures and deferrals get rows.  The event is in outbox.events,
+    -- or in outbox.delayed once rotation set it aside.
+    IF EXISTS (SELECT 1 FROM unnest(outcomes) o WHERE o.outcome IN ('retry', 'deferred')) THEN
+    INSERT INTO outbox.retries AS r (endpoint_id, id, event_id, key, attempts, next_at, last_status, last_error)
+    SELECT o.endpoint_id, o.id, o.event_id, e.key, o.attempt, o.next_at, o.status, o.error
+      FROM unnest(outcomes) o
+      CROSS JOIN LATERAL (SELECT ev.key FROM outbox.events ev WHERE ev.id = o.id
+                          UNION ALL
+                          SELECT d.key FROM outbox.delayed d WHERE d.id = o.id
+                          LIMIT 1) e
+     WHERE o.outcome IN ('retry', 'deferred') AND o.endpoint_id = ANY (held)
+    ON CONFLICT (endpoint_id, id) DO UPDATE
+       SET attempts = EXCLUDED.attempts, next_at = EXCLUDED.next_at,
+           last_status = EXCLUDED.last_status, last_error = EXCLUDED.last_error;
+    END IF;
+
+    IF EXISTS (SELECT 1 FROM unnest(outcomes) o WHERE o.outcome = 'dead') THEN
+    INSERT INTO outbox.dead_letter_log AS d (endpoint_id, id, event_id, event_type, payload, key, headers,
+                                             created_at, attempts, last_status, last_error)
+    SELECT o.endpoint_id, o.id, e.event_id, e.event_type, e.payload, e.key, e.headers, e.created_at,
+           o.attempt, o.status, o.error
+      FROM unnest(outcomes) o
+      CROSS JOIN LATERAL (SELECT ev.event_id, ev.event_type, ev.payload, ev.key, ev.headers, ev.created_at
+                            FROM outbox.events ev WHERE ev.id = o.id
+                          UNION ALL
+                          SELECT dl.event_id, dl.event_type, dl.payload, dl.key, dl.headers, dl.created_at
+                            FROM outbox.delayed dl WHERE dl.id = o.id
+                          LIMIT 1) e
+     WHERE o.outcome = 'dead' AND o.endpoint_id = ANY (held)
+    ON CONFLICT (endpoint_id, id) DO UPDATE
+       SET attempts = EXCLUDED.attempts, last_status = EXCLUDED.last_status,
+           last_error = EXCLUDED.last_error, dead_at = now();
+    END IF;
+
+    -- By primary key, one probe per event.
+    DELETE FROM outbox.retries r
+     USING unnest(outcomes) o
+     WHERE r.endpoint_id = o.endpoint_id AND r.id = o.id
+       AND o.outcome IN ('delivered', 'dead', 'already') AND o.endpoint_id = ANY (held);
+
+    -- Own pages move their endpoint's position, the stream's page the
+    -- stream; each only if it is still in the page's batch (a rebase or a
+    -- release may have moved it meanwhile).
+    UPDATE outbox.positions p
+       SET snap = CASE WHEN d.batch_done THEN p.next_snap ELSE p.snap END,
+           next_snap = CASE WHEN d.batch_done THEN NULL ELSE p.next_snap END,
+           after_id = CASE WHEN d.batch_done THEN 0 ELSE d.last_id END,
+           updated_at = now()
+      FROM unnest(pages) d
+     WHERE d.endpoint_id IS NOT NULL AND p.endpoint_id = d.endpoint_id
+       AND NOT p.follows AND p.next_snap::text = d.batch;
+    UPDATE outbox.stream s
+       SET snap = CASE WHEN d.batch_done THEN s.next_snap ELSE s.snap END,
+           next_snap = CASE WHEN d.batch_done THEN NULL ELSE s.next_snap END,
+           after_id = CASE WHEN d.batch_done THEN 0 ELSE d.last_id END,
+           updated_at = now()
+      FROM unnest(pages) d
+     WHERE d.endpoint_id IS NULL AND s.next_snap::text = d.batch;
+
+    -- Endpoint health: one row update per endpoint, from the attempts made
+    -- (skipped for this record if resume_endpoint() holds the row).
+    WITH a AS (
+        SELECT o.endpoint_id, o.outcome, o.status, o.error, o.n
+          FROM unnest(outcomes) WITH ORDINALITY AS o(endpoint_id, id, event_id, attempt, outcome, next_at,
+                                                     status, error, duration_ms, response, disable_reason, n)
+         WHERE o.outcome NOT IN ('deferred', 'already') AND o.endpoint_id = ANY (held)
+    ), s AS (
+        SELECT a.endpoint_id,
+               max(a.n) FILTER (WHERE a.outcome = 'delivered') AS last_ok,
+               count(*) FILTER (WHERE a.outcome <> 'delivered') AS fails,
+               max(a.n) FILTER (WHERE a.outcome <> 'delivered') AS last_fail
+          FROM a GROUP BY a.endpoint_id
+    )
+    UPDATE outbox.endpoint_health h
+       SET last_success_at = CASE WHEN s.last_ok IS NOT NULL THEN now() ELSE h.last_success_at END,
+           last_failure_at = CASE WHEN s.fails > 0 THEN now() ELSE h.last_failure_at END,
+           last_failure_status = CASE WHEN s.fails > 0 THEN (SELECT a.status FROM a WHERE a.n = s.last_fail)
+                                      ELSE h.last_failure_status END,
+           last_failure_error = CASE WHEN s.fails > 0 THEN (SELECT a.error FROM a WHERE a.n = s.last_fail)
+                                     ELSE h.last_failure_error END,
+           consecutive_failures = CASE WHEN s.last_ok IS NULL THEN h.consecutive_failures + s.fails
+                                       ELSE (SELECT count(*) FROM a
+                                              WHERE a.endpoint_id = s.endpoint_id AND a.n > s.last_ok
+                                                AND a.outcome <> 'delivered') END,
+           failing_since = CASE WHEN s.last_ok IS NOT NULL AND coalesce(s.last_fail < s.last_ok, true) THEN NULL
+                                WHEN s.fails > 0 THEN coalesce(h.failing_since, now())
+                                ELSE h.failing_since END
+      FROM s
+     WHERE h.endpoint_id = s.endpoint_id
+       AND h.endpoint_id IN (SELECT endpoint_id FROM outbox.endpoint_health
+                              WHERE endpoint_id IN (SELECT endpoint_id FROM s)
+                                FOR UPDATE SKIP LOCKED);
+
+    -- Disable when asked to, or after outbox.disable_after of failures; if
+    -- an administrator holds the endpoint, a later record decides.
+    WITH asked AS (
+        SELECT o.endpoint_id, min(o.disable_reason) AS reason
+          FROM unnest(outcomes) o
+         WHERE o.endpoint_id = ANY (held)
+         GROUP BY o.endpoint_id
+    )
+    UPDATE outbox.endpoints ep
+       SET disabled_at = now(), updated_at = now(),
+           disabled_reason = coalesce(asked.reason,
+                                      format('no successful delivery since %s (outbox.disable_after is %s)',
+                                             h.failing_since, outbox._setting_interval('outbox.disable_after', '5 days')))
+      FROM asked
+      JOIN outbox.endpoint_health h ON h.endpoint_id = asked.endpoint_id
+     WHERE ep.id = asked.endpoint_id AND ep.disabled_at IS NULL
+       AND (asked.reason IS NOT NULL
+            OR h.failing_since < now() - outbox._setting_interval('outbox.disable_after', '5 days'))
+       AND ep.id IN (SELECT id FROM outbox.endpoints WHERE id IN (SELECT endpoint_id FROM asked)
+                        FOR NO KEY UPDATE SKIP LOCKED);
+    RETURN locked;
+END
+$$;
+COMMENT ON FUNCTION outbox._record(outbox.outcome[], outbox.page_done[], integer[]) IS
+    'internal: record finished deliveries of any endpoints in one statement, move the positions of the pages they complete, detach endpoints from the stream';
+
+DROP FUNCTION outbox._record(integer, text, bigint, boolean, bigint[], uuid[], integer[], text[],
+                             timestamptz[], integer[], text[], real[], text[], text);
+
+----------------------------------------------------------------------------
+-- What reads positions reads them as they stand
+----------------------------------------------------------------------------
+
+CREATE OR REPLACE FUNCTION outbox._unread(eid integer)
+RETURNS TABLE (n bigint, oldest timestamptz)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT count(*), min(e.created_at)
+      FROM outbox._positions p
+      JOIN outbox.endpoints ep ON ep.id = p.endpoint_id
+      JOIN outbox.events e
+        ON e.txid >= pg_snapshot_xmin(p.snap)
+       AND NOT pg_visible_in_snapshot(e.txid, p.snap)
+       AND pg_visible_in_snapshot(e.txid, pg_current_snapshot())
+       AND (p.next_snap IS NULL OR e.id > p.after_id
+            OR NOT pg_visible_in_snapshot(e.txid, p.next_snap))
+       AND e.event_type LIKE ANY (outbox._like_patterns(ep.event_types))
+     WHERE p.endpoint_id = eid
+$$;
+
+CREATE OR REPLACE FUNCTION outbox._slot_owed(s smallint) RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+AS $$
+    SELECT EXISTS (SELECT 1 FROM outbox._positions p JOIN outbox.endpoints ep ON ep.id = p.endpoint_id
+                    WHERE EXISTS (SELECT 1 FROM outbox.events e
+                                   WHERE e.slot = s AND e.txid >= pg_snapshot_xmin(p.snap)
+                                     AND NOT pg_visible_in_snapshot(e.txid, p.snap)
+                                     AND e.event_type LIKE ANY (outbox._like_patterns(ep.event_types))))
+        OR EXISTS (SELECT 1 FROM outbox.retries r JOIN outbox.events e ON e.id = r.id
+                    WHERE e.slot = s AND NOT EXISTS (SELECT 1 FROM outbox.delayed d WHERE d.id = r.id))
+$$;
+
+-- As in 1.2; the position given up is the endpoint's own from then on.
+CREATE OR REPLACE FUNCTION outbox._release_disabled(s smallint, retention interval) RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+AS $$
+DECLARE
+    ep record;
+    n bigint;
+BEGIN
+    FOR ep IN
+        SELECT e.id, e.name, e.disabled_at, e.event_types FROM outbox.endpoints e
+          JOIN outbox._positions p ON p.endpoint_id = e.id
+         WHERE e.disabled_at < now() - retention
+           AND (EXISTS (SELECT 1 FROM outbox.events ev
+                         WHERE ev.slot = s AND ev.txid >= pg_snapshot_xmin(p.snap)
+                           AND NOT pg_visible_in_snapshot(ev.txid, p.snap)
+                           AND ev.event_type LIKE ANY (outbox._like_patterns(e.event_types)))
+                OR EXISTS (SELECT 1 FROM outbox.retries r JOIN outbox.events ev ON ev.id = r.id
+                            WHERE r.endpoint_id = e.id AND ev.slot = s
+                              AND NOT EXISTS (SELECT 1 FROM outbox.delayed d WHERE d.id = r.id)))
+    LOOP
+        -- Skip an endpoint whose position another transaction holds.
+        PERFORM 1 FROM outbox.positions p WHERE p.endpoint_id = ep.id FOR UPDATE SKIP LOCKED;
+        CONTINUE WHEN NOT FOUND;
+        n := (SELECT u.n FROM outbox._unread(ep.id) u)
+             + (SELECT count(*) FROM outbox.retries r WHERE r.endpoint_id = ep.id);
+        DELETE FROM outbox.retries r WHERE r.endpoint_id = ep.id;
+        UPDATE outbox.positions p
+           SET snap = pg_current_snapshot(), next_snap = NULL, after_id = 0, follows = false,
+               updated_at = now()
+         WHERE p.endpoint_id = ep.id;
+        IF n > 0 THEN
+            UPDATE outbox.endpoint_health h
+               SET backlog_dropped = h.backlog_dropped + n, backlog_dropped_at = now()
+             WHERE h.endpoint_id = ep.id;
+            RAISE LOG 'outbox: endpoint "%", disabled since %, gave up % waiting events to rotation',
+                ep.name, ep.disabled_at, n;
+        END IF;
+    END LOOP;
+END
+$$;
+
+-- As in 1.1, with the stream: what each endpoint's position (its own or
+-- the stream's) owed is queued, then every endpoint follows the stream,
+-- which starts from this cluster's present.
+CREATE OR REPLACE FUNCTION outbox._rebase() RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+AS $$
+DECLARE
+    here text := outbox._system_identifier();
+    owed bigint;
+BEGIN
+    -- Cheap when there is nothing to do (the relay asks once a second).
+    IF NOT EXISTS (SELECT 1 FROM outbox.positions p WHERE p.system_identifier <> here)
+       AND NOT EXISTS (SELECT 1 FROM outbox.stream s WHERE s.system_identifier <> here) THEN
+        RETURN;
+    END IF;
+    PERFORM 1 FROM outbox.stream FOR UPDATE;
+    PERFORM 1 FROM outbox.positions p ORDER BY p.endpoint_id FOR UPDATE;
+    IF NOT EXISTS (SELECT 1 FROM outbox.positions p WHERE p.system_identifier <> here)
+       AND NOT EXISTS (SELECT 1 FROM outbox.stream s WHERE s.system_identifier <> here) THEN
+        RETURN;
+    END IF;
+    INSERT INTO outbox.retries (endpoint_id, id, event_id, key, attempts, next_at)
+    SELECT p.endpoint_id, e.id, e.event_id, e.key, 0, greatest(now(), e.deliver_at)
+      FROM outbox._positions p
+      JOIN outbox.positions own ON own.endpoint_id = p.endpoint_id
+      JOIN outbox.endpoints ep ON ep.id = p.endpoint_id
+      JOIN outbox.events e
+        ON e.txid >= pg_snapshot_xmin(p.snap)
+       AND NOT pg_visible_in_snapshot(e.txid, p.snap)
+       AND (p.next_snap IS NULL OR e.id > p.after_id
+            OR NOT pg_visible_in_snapshot(e.txid, p.next_snap))
+       AND e.event_type LIKE ANY (outbox._like_patterns(ep.event_types))
+     WHERE own.system_identifier <> here
+        OR (own.follows AND EXISTS (SELECT 1 FROM outbox.stream s WHERE s.system_identifier <> here))
+    ON CONFLICT (endpoint_id, id) DO NOTHING;
+    GET DIAGNOSTICS owed = ROW_COUNT;
+    UPDATE outbox.events e SET txid = '3' WHERE e.txid <> '3';
+    DELETE FROM outbox.stream;
+    INSERT INTO outbox.stream (snap) VALUES (pg_current_snapshot());
+    UPDATE outbox.positions p
+       SET snap = s.snap, next_snap = NULL, after_id = 0, follows = true, updated_at = now(),
+           system_identifier = here
+      FROM outbox.stream s
+     WHERE p.system_identifier <> here OR p.follows;
+    PERFORM outbox._wake_at_commit();
+    RAISE LOG 'outbox: positions were written by another cluster (a restore or an upgrade): % events still owed are queued to be delivered again',
+        owed;
+END
+$$;
+
+CREATE CONSTRAINT TRIGGER stream_restored AFTER INSERT ON outbox.stream
+    DEFERRABLE INITIALLY DEFERRED
+    FOR EACH ROW WHEN (NEW.system_identifier <> outbox._system_identifier())
+    EXECUTE FUNCTION outbox._rebase_restored();
+COMMENT ON TRIGGER stream_restored ON outbox.stream IS
+    'at commit, rebase a stream position that a restore brought from another cluster';
+
+CREATE OR REPLACE FUNCTION outbox.rotation_holds()
+RETURNS TABLE (holder text, detail text)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+AS $$
+    WITH nxt AS (
+        SELECT ((r.slot + 1) % 3)::smallint AS s
+          FROM outbox.rotation r WHERE r.tbl = 'events' AND r.current
+    ), behind AS (
+        SELECT ep.name, ep.paused, ep.disabled_at, count(*) AS n
+          FROM nxt, outbox._positions p
+          JOIN outbox.endpoints ep ON ep.id = p.endpoint_id
+          JOIN outbox.events e
+            ON e.txid >= pg_snapshot_xmin(p.snap)
+           AND NOT pg_visible_in_snapshot(e.txid, p.snap)
+           AND e.event_type LIKE ANY (outbox._like_patterns(ep.event_types))
+         WHERE e.slot = nxt.s
+         GROUP BY ep.name, ep.paused, ep.disabled_at
+    )
+    SELECT format('endpoint "%s"', b.name),
+           format('endpoint "%s" (%s) has not passed %s of its events in partition outbox.events_%s',
+                  b.name,
+                  CASE WHEN b.disabled_at IS NOT NULL THEN format('disabled since %s', b.disabled_at)
+                       WHEN b.paused THEN 'paused'
+                       ELSE 'active: behind' END,
+                  b.n, (SELECT s FROM nxt))
+      FROM behind b
+    UNION ALL
+    SELECT DISTINCT
+           CASE WHEN l.pid IS NULL THEN format('prepared transaction %s', coalesce(px.gid, l.virtualtransaction))
+                ELSE format('pid %s', l.pid) END,
+           CASE WHEN l.pid IS NULL
+                THEN format('prepared transaction %s (prepared at %s) holds a lock on outbox.events_%s',
+                            quote_literal(coalesce(px.gid, l.virtualtransaction)), px.prepared, (SELECT s FROM nxt))
+                ELSE format('a transaction of pid %s (%s, open since %s) holds a lock on outbox.events_%s',
+                            l.pid, a.state, a.xact_start, (SELECT s FROM nxt)) END
+      FROM pg_locks l
+      LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+      LEFT JOIN pg_prepared_xacts px ON l.pid IS NULL AND px.transaction::text = split_part(l.virtualtransaction, '/', 2)
+     WHERE l.locktype = 'relation' AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+       AND l.relation = format('outbox.events_%s', (SELECT s FROM nxt))::regclass
+       AND l.granted AND l.pid IS DISTINCT FROM pg_backend_pid()
+       AND a.backend_type IS DISTINCT FROM 'outbox relay'
+$$;
+
+----------------------------------------------------------------------------
+-- Privileges: PUBLIC gets nothing of what this script created.
+----------------------------------------------------------------------------
+
+REVOKE ALL ON outbox.stream, outbox._positions FROM PUBLIC;
+REVOKE ALL ON FUNCTION outbox._snap_contains(pg_snapshot, pg_snapshot), outbox._stream_row(),
+    outbox._read_stream(integer, bigint),
+    outbox._route_checks(integer[], uuid[], text[], boolean[], boolean), outbox._attach(integer[]),
+    outbox._due_endpoints(), outbox._record(outbox.outcome[], outbox.page_done[], integer[]) FROM PUBLIC;

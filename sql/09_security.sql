@@ -40,6 +40,7 @@ SELECT 'function', p.proname,
                                               WHEN 'interval' THEN $$'1 second'::interval$$
                                               WHEN 'timestamp with time zone' THEN $$'2000-01-01'::timestamptz$$
                                               WHEN 'text[]' THEN $$'{*}'::text[]$$
+                                              WHEN 'pg_snapshot' THEN $$'1:1:'::pg_snapshot$$
                                               ELSE format('%L::%s', '{}', format_type(t, NULL)) END,
                                           ', ' ORDER BY o)
                           FROM unnest(p.proargtypes::oid[]) WITH ORDINALITY AS a(t, o)), ''))
@@ -143,7 +144,7 @@ SELECT c AS call, try(c) AS result
          $$INSERT INTO outbox.endpoints (name, url, event_types) VALUES ('x', 'https://attacker.example/', '{*}')$$,
          $$DELETE FROM outbox.endpoints$$,
          $$SELECT outbox._read_page(1, 10, false, 1000)$$,
-         $$SELECT outbox._record(1, NULL, 0, false, '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', NULL)$$,
+         $$SELECT outbox._record('{}', '{}', '{}')$$,
          $$SELECT outbox.verify_signature('whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw', 'm', 1, 'b', 'v1,x')$$
        ]) AS c;
 -- Nor through what emit() and mark_processed() run as: their errors carry

@@ -322,6 +322,8 @@ endpoints_loaded(void)
 	HASH_SEQ_STATUS seq;
 	RelayEndpoint *ep;
 
+	MemoryContext old = MemoryContextSwitchTo(relay_cxt);
+
 	route_build(endpoints, relay_cxt);
 	list_free(own_readers);
 	own_readers = NIL;
@@ -336,6 +338,7 @@ endpoints_loaded(void)
 		else if (ep->active)
 			own_readers = lappend(own_readers, ep);
 	}
+	MemoryContextSwitchTo(old);
 }
 
 /*
@@ -350,17 +353,21 @@ endpoints_loaded(void)
 static void
 detach(RelayEndpoint *ep)
 {
+	MemoryContext old;
+
 	if (!ep->follows)
 		return;
 	ep->follows = false;
 	if (ep->active)
 		followers--;
+	old = MemoryContextSwitchTo(relay_cxt);
 	if (!ep->detach)
 		detaching = lappend_int(detaching, ep->id);
-	ep->detach = true;
-	ep->detach_past = false;
 	if (ep->active)
 		own_readers = list_append_unique_ptr(own_readers, ep);
+	MemoryContextSwitchTo(old);
+	ep->detach = true;
+	ep->detach_past = false;
 	if (stream_page == NULL)
 		return;
 	if (ep->page != NULL && ep->page->stream == stream_page)
@@ -548,10 +555,13 @@ read_stream(void)
 		{
 			RelayEndpoint *ep = hash_search(endpoints, &attached[i], HASH_FIND, NULL);
 
+			MemoryContext old = MemoryContextSwitchTo(relay_cxt);
+
 			ep->follows = true;
 			followers++;
 			own_readers = list_delete_ptr(own_readers, ep);
 			attached_now = lappend(attached_now, ep);
+			MemoryContextSwitchTo(old);
 		}
 		list_free(candidates);
 	}
@@ -683,9 +693,12 @@ read_round(bool full)
 
 			if (ep->follows)
 			{
+				MemoryContext old = MemoryContextSwitchTo(relay_cxt);
+
 				ep->follows = false;
 				followers--;
 				own_readers = lappend(own_readers, ep);
+				MemoryContextSwitchTo(old);
 			}
 		}
 		list_free(attached_now);
@@ -1135,8 +1148,11 @@ batch_recorded(Batch *b)
 		ep->woken_busy = false;
 	if (!b->is_page)
 	{
+		MemoryContext old = MemoryContextSwitchTo(relay_cxt);
+
 		ep->more_due = true;
 		due_again = lappend_int(due_again, ep->id);
+		MemoryContextSwitchTo(old);
 	}
 	dlist_delete(&b->node);
 	free_batch(b);
@@ -1329,12 +1345,14 @@ record_round(void)
 	}
 	{
 		List	   *still = NIL;
+		MemoryContext old = MemoryContextSwitchTo(relay_cxt);
 
 		foreach(lc, detaching)
 			if (is_locked(&r, lfirst_int(lc)))
 				still = lappend_int(still, lfirst_int(lc));
 		list_free(detaching);
 		detaching = still;
+		MemoryContextSwitchTo(old);
 	}
 
 	for (int i = 0; i < r.set.nbatches; i++)

@@ -147,6 +147,22 @@ SELECT outbox._timeout_ms(timeout) AS timeout_ms FROM outbox.endpoints WHERE nam
 SELECT m AS max_attempts, try(format('SELECT outbox.create_endpoint(%L, %L, max_attempts => %s)',
                                      'ep-ma-' || n, 'https://example.com/', m)) AS result
   FROM unnest(ARRAY[1, 100, 0, 101, -1]) WITH ORDINALITY AS u(m, n);
+-- max_in_flight: 1 to 10000, or NULL (the default) to follow
+-- outbox.endpoint_concurrency; alter_endpoint takes 0 to go back to that.
+SELECT m AS max_in_flight, try(format('SELECT outbox.create_endpoint(%L, %L, max_in_flight => %s)',
+                                      'ep-mif-' || n, 'https://example.com/', m)) AS result
+  FROM unnest(ARRAY[1, 10000, 0, 10001, -1]) WITH ORDINALITY AS u(m, n);
+SELECT name, max_in_flight FROM outbox.endpoints WHERE name LIKE 'ep-mif-%' ORDER BY name;
+SELECT try($$SELECT outbox.alter_endpoint('ep-mif-1', max_in_flight => 10001)$$) AS alter_too_many,
+       try($$SELECT outbox.alter_endpoint('ep-mif-1', max_in_flight => -1)$$) AS alter_negative;
+SELECT outbox.alter_endpoint('ep-mif-1', max_in_flight => 5);
+SELECT max_in_flight FROM outbox.endpoints WHERE name = 'ep-mif-1';
+SELECT outbox.alter_endpoint('ep-mif-1', timeout => '10 seconds');
+SELECT max_in_flight AS kept FROM outbox.endpoints WHERE name = 'ep-mif-1';
+SELECT outbox.alter_endpoint('ep-mif-1', max_in_flight => 0);
+SELECT max_in_flight IS NULL AS follows_setting FROM outbox.endpoints WHERE name = 'ep-mif-1';
+SELECT max_in_flight, in_flight FROM outbox.endpoint_status WHERE name = 'ep-mif-1';
+SELECT try($$UPDATE outbox.endpoints SET max_in_flight = 0 WHERE name = 'ep-mif-1'$$) AS constraint_holds;
 SELECT try($$SELECT outbox.create_endpoint('ep-null', 'https://example.com/', timeout => NULL)$$) AS null_timeout;
 SELECT try($$SELECT outbox.create_endpoint('ep-null', 'https://example.com/', max_attempts => NULL)$$) AS null_max_attempts;
 SELECT try($$SELECT outbox.create_endpoint('ep-null', 'https://example.com/', ordered => NULL)$$) AS null_ordered;

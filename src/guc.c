@@ -19,6 +19,7 @@
 
 #include "address.h"
 #include "guc.h"
+#include "shmem.h"
 
 int			outbox_max_payload_size = 1024 * 1024;
 char	   *outbox_database = NULL;
@@ -29,7 +30,7 @@ static int	outbox_retention = 7 * 86400;
 static int	outbox_attempt_retention = 7 * 86400;
 static int	outbox_inbox_retention = 7 * 86400;
 int			outbox_poll_interval = 1000;
-int			outbox_max_concurrency = 64;
+int			outbox_max_concurrency = 2048;
 int			outbox_endpoint_concurrency = 32;
 int			outbox_batch_size = 500;
 int			outbox_batch_bytes = 4 * 1024 * 1024;
@@ -136,17 +137,17 @@ outbox_guc_init(void)
 
 	DefineCustomIntVariable("outbox.max_concurrency",
 							"Most HTTP requests the relay keeps in flight at once.",
-							NULL,
+							"Shared fairly among the endpoints with work; each request in flight costs the relay about 20 kB (measured over plain HTTP) and a socket.",
 							&outbox_max_concurrency,
-							64, 1, 10000,
+							2048, 1, OUTBOX_MAX_CONCURRENCY,
 							PGC_SIGHUP, 0,
 							NULL, NULL, NULL);
 
 	DefineCustomIntVariable("outbox.endpoint_concurrency",
 							"Most HTTP requests in flight to one endpoint.",
-							NULL,
+							"For endpoints without max_in_flight of their own.",
 							&outbox_endpoint_concurrency,
-							32, 1, 10000,
+							32, 1, OUTBOX_MAX_CONCURRENCY,
 							PGC_SIGHUP, 0,
 							NULL, NULL, NULL);
 

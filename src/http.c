@@ -15,6 +15,7 @@
 #include "postgres.h"
 
 #include <arpa/inet.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <curl/curl.h>
 
@@ -526,6 +527,7 @@ http_configure(int max_total)
 				 errdetail("%d requests in flight finish on their connections first.",
 						   unfinished)));
 	}
+	(void) http_socket_room(max_total);
 	pool_limits(current, max_total);
 }
 
@@ -535,7 +537,67 @@ http_start(int max_total)
 	if (curl_global_init(CURL_GLOBAL_ALL) != CURLE_OK)
 		elog(ERROR, "could not initialize libcurl");
 	connect_policy_now(&connect_policy);
+	(void) http_socket_room(max_total);
 	current = pool_create(max_total);
+}
+
+/*
+ * Sockets besides the requests' own: the epoll set, sockets being closed,
+ * and the threaded resolver's.
+ */
+#define SOCKET_MARGIN		64
+/* What the relay always had room for beside PostgreSQL's own files. */
+#define SOCKET_FLOOR		64
+
+/*
+ * Make room for `wanted` requests in flight, each with a socket of its own:
+ * raise this process's soft limit on open files by that many (and a
+ * margin) above the limit it started with, which is what PostgreSQL budgets
+ * its own files against (max_files_per_process, fd.c).  A server started
+ * with a soft limit of 1,024 would otherwise fail every request past about
+ * a thousand with "Couldn't connect" (EMFILE): 5,000 slots delivered less
+ * than 1,000 did (DESIGN.md, The relay loop).  Returns how many requests
+ * fit: wanted, or what the hard limit leaves (at least SOCKET_FLOOR), said
+ * once in a WARNING.
+ */
+int
+http_socket_room(int wanted)
+{
+	static rlim_t started_with = 0;
+	static int	warned_for = 0;
+	struct rlimit rl;
+	rlim_t		need;
+	int			room;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+		return wanted;
+	if (started_with == 0)
+		started_with = rl.rlim_cur;
+	if (started_with == RLIM_INFINITY)
+		return wanted;
+	need = started_with + (rlim_t) wanted + SOCKET_MARGIN;
+	if (rl.rlim_cur < need)
+	{
+		rl.rlim_cur = rl.rlim_max == RLIM_INFINITY ? need : Min(need, rl.rlim_max);
+		if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+			(void) getrlimit(RLIMIT_NOFILE, &rl);
+	}
+	if (rl.rlim_cur >= need)
+		return wanted;
+	room = rl.rlim_cur > started_with + SOCKET_MARGIN ?
+		(int) (rl.rlim_cur - started_with - SOCKET_MARGIN) : 0;
+	room = Min(wanted, Max(room, SOCKET_FLOOR));
+	if (warned_for != wanted)
+	{
+		warned_for = wanted;
+		ereport(WARNING,
+				(errmsg("outbox keeps at most %d requests in flight, not outbox.max_concurrency = %d",
+						room, wanted),
+				 errdetail("The hard limit on open files is %lu; PostgreSQL itself budgets for %lu of them.",
+						   (unsigned long) rl.rlim_max, (unsigned long) started_with),
+				 errhint("Raise the server's hard limit on open files (ulimit -Hn, or LimitNOFILE in its systemd unit).")));
+	}
+	return room;
 }
 
 /*

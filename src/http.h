@@ -85,6 +85,7 @@ http_kept_char(char c)
 	return (u >= 0x20 && u < 0x7f) || c == '\n' || c == '\t' ? c : '?';
 }
 
+extern int	http_socket_room(int wanted);
 extern void http_start(int max_total);
 extern void http_configure(int max_total);
 extern void http_submit(HttpRequest *req);

@@ -896,6 +896,94 @@ redact_response(const RelayEndpoint *ep, HttpRequest *req)
 	}
 }
 
+/*
+ * Slots (DESIGN.md, The relay loop).  The relay keeps at most
+ * outbox.max_concurrency requests in flight, fewer if its open files limit
+ * cannot hold that many sockets (http_socket_room).  An endpoint has at
+ * most its cap in flight (max_in_flight, or outbox.endpoint_concurrency),
+ * and at most a fair share of the slots: slots / (endpoints with work + 1),
+ * rounded up.
+ * "With work" is deliveries waiting or requests in flight; the one share
+ * more is kept free for an endpoint that has work next, so that endpoints
+ * whose requests hang can never take every slot from one that comes later.
+ * The share binds only when the caps of the endpoints with work do not all
+ * fit in the slots.
+ *
+ * pump() only looks at endpoints in the ready list, never at all of them:
+ * an endpoint goes in when it gets a batch, or when one of its requests
+ * finishes while deliveries of it still wait (collect); it leaves once it
+ * sent what it may.  While in the list it has a batch with deliveries
+ * without an outcome, so the batch, and the endpoint, are not freed.
+ */
+static dlist_head ready = DLIST_STATIC_INIT(ready);
+static int	busy_endpoints = 0;
+
+/* An endpoint's part in the fair share: deliveries waiting, or in flight. */
+static void
+update_busy(RelayEndpoint *ep)
+{
+	bool		busy = ep->ready || ep->in_flight > 0;
+
+	if (busy != ep->busy)
+	{
+		busy_endpoints += busy ? 1 : -1;
+		ep->busy = busy;
+	}
+}
+
+/* May deliveries of this batch still wait to be sent? */
+static bool
+may_wait(const Batch *b)
+{
+	return b != NULL && b->pending > 0 && b->next_submit < b->n;
+}
+
+/* Put an endpoint at the end of the ready list if deliveries may wait. */
+static void
+make_ready(RelayEndpoint *ep)
+{
+	if (ep->ready || !(may_wait(ep->page) || may_wait(ep->due)))
+		return;
+	ep->ready = true;
+	dlist_push_tail(&ready, &ep->ready_node);
+	update_busy(ep);
+}
+
+static void
+unready(RelayEndpoint *ep)
+{
+	if (!ep->ready)
+		return;
+	ep->ready = false;
+	dlist_delete(&ep->ready_node);
+	update_busy(ep);
+}
+
+/* Tell backends how many requests of an endpoint are in flight now. */
+static void
+show_in_flight(RelayEndpoint *ep)
+{
+	ep->shown_at = outbox_show_in_flight(ep->shown_at, ep->id, ep->in_flight);
+}
+
+/*
+ * The slots: outbox.max_concurrency, as far as the open files limit lets
+ * the relay have sockets (asked again when the setting changes).
+ */
+static int
+relay_slots(void)
+{
+	static int	wanted = -1;
+	static int	slots = 0;
+
+	if (wanted != outbox_max_concurrency)
+	{
+		wanted = outbox_max_concurrency;
+		slots = http_socket_room(wanted);
+	}
+	return slots;
+}
+
 /* Build the signed request of one delivery and hand it to libcurl. */
 static void
 submit(Delivery *d)
@@ -958,61 +1046,112 @@ submit(Delivery *d)
 		http_submit(&d->req);
 	ep->in_flight++;
 	in_flight++;
+	update_busy(ep);
+	show_in_flight(ep);
+}
+
+/* Why pump_batch stopped. */
+typedef enum PumpStop
+{
+	PUMP_SENT_ALL,				/* nothing of the batch waits any more */
+	PUMP_BEHIND_KEY,			/* what waits, waits behind its key */
+	PUMP_AT_LIMIT				/* the endpoint's limit or the relay's slots */
+} PumpStop;
+
+/*
+ * Submit a batch's waiting deliveries, in order, while its endpoint is
+ * under limit and the relay under slots.  On an ordered endpoint a
+ * delivery waits for the previous one of its key in the batch: sent once
+ * that one was delivered or dead-lettered, deferred behind it when that
+ * one is to be retried.
+ */
+static PumpStop
+pump_batch(Batch *b, int limit, int slots)
+{
+	bool		all_settled = true;
+	bool		behind_key = false;
+
+	if (b == NULL)
+		return PUMP_SENT_ALL;
+	for (int i = b->next_submit; i < b->n; i++)
+	{
+		Delivery   *d = &b->d[i];
+		MemoryContext old;
+
+		if (d->state != DELIVERY_WAITING)
+			continue;
+		if (d->prev_same_key >= 0)
+		{
+			Delivery   *prev = &b->d[d->prev_same_key];
+
+			if (prev->state != DELIVERY_DONE)
+			{
+				all_settled = false;
+				behind_key = true;
+				continue;
+			}
+			if (strcmp(prev->outcome, "delivered") != 0 && strcmp(prev->outcome, "dead") != 0 &&
+				strcmp(prev->outcome, "already") != 0)
+			{
+				defer(d, GetCurrentTimestamp());
+				continue;
+			}
+		}
+		if (in_flight >= slots || b->ep->in_flight >= limit)
+		{
+			if (all_settled)
+				b->next_submit = i;
+			return PUMP_AT_LIMIT;
+		}
+		old = MemoryContextSwitchTo(b->cxt);
+		submit(d);
+		MemoryContextSwitchTo(old);
+		d->state = DELIVERY_SENT;
+		if (all_settled)
+			b->next_submit = i + 1;
+	}
+	if (all_settled)
+		b->next_submit = b->n;
+	return behind_key ? PUMP_BEHIND_KEY : PUMP_SENT_ALL;
 }
 
 /*
- * Submit what the concurrency limits allow, oldest batch first.  On an
- * ordered endpoint a delivery waits for the previous one of its key in the
- * batch: sent once that one was delivered or dead-lettered, deferred
- * behind it when that one is to be retried.
+ * Submit what the slots allow, endpoint by endpoint in the order of the
+ * ready list, each up to its limit; due retries before new events.  An
+ * endpoint that got what it may leaves the list (collect puts it back when
+ * one of its requests finishes); one cut short because the slots ran out
+ * goes to the end of the list, and the others keep their place.
  */
 static void
 pump(void)
 {
+	int			slots = relay_slots();
 	dlist_iter	iter;
 
-	dlist_foreach(iter, &active)
+	/* Batches read since the last pump are at the end of the active list. */
+	dlist_reverse_foreach(iter, &active)
 	{
 		Batch	   *b = dlist_container(Batch, node, iter.cur);
-		bool		all_settled = true;
 
-		for (int i = b->next_submit; i < b->n; i++)
-		{
-			Delivery   *d = &b->d[i];
-			MemoryContext old;
+		if (b->pumped)
+			break;
+		b->pumped = true;
+		make_ready(b->ep);
+	}
 
-			if (d->state != DELIVERY_WAITING)
-				continue;
-			if (d->prev_same_key >= 0)
-			{
-				Delivery   *prev = &b->d[d->prev_same_key];
+	while (!dlist_is_empty(&ready) && in_flight < slots)
+	{
+		RelayEndpoint *ep = dlist_head_element(RelayEndpoint, ready_node, &ready);
+		int			cap = ep->max_in_flight > 0 ? ep->max_in_flight : outbox_endpoint_concurrency;
+		int			share = (slots + busy_endpoints) / (busy_endpoints + 1);
+		int			limit = Min(cap, share);
+		PumpStop	due = pump_batch(ep->due, limit, slots);
+		PumpStop	page = due == PUMP_AT_LIMIT ? PUMP_AT_LIMIT :
+			pump_batch(ep->page, limit, slots);
 
-				if (prev->state != DELIVERY_DONE)
-				{
-					all_settled = false;
-					continue;
-				}
-				if (strcmp(prev->outcome, "delivered") != 0 && strcmp(prev->outcome, "dead") != 0 &&
-					strcmp(prev->outcome, "already") != 0)
-				{
-					defer(d, GetCurrentTimestamp());
-					continue;
-				}
-			}
-			if (in_flight >= outbox_max_concurrency || b->ep->in_flight >= outbox_endpoint_concurrency)
-			{
-				all_settled = false;
-				break;
-			}
-			old = MemoryContextSwitchTo(b->cxt);
-			submit(d);
-			MemoryContextSwitchTo(old);
-			d->state = DELIVERY_SENT;
-			if (all_settled)
-				b->next_submit = i + 1;
-		}
-		if (all_settled)
-			b->next_submit = b->n;
+		unready(ep);
+		if (page == PUMP_AT_LIMIT && ep->in_flight < limit)
+			make_ready(ep);		/* the slots ran out: it is served again */
 	}
 }
 
@@ -1086,6 +1225,19 @@ collect(void)
 		in_flight--;
 		if (b->stream != NULL && b->pending == 0)
 			b->stream->progress_at = GetCurrentTimestamp();
+		show_in_flight(b->ep);
+
+		/*
+		 * A slot of the endpoint's is free, and a delivery that waited
+		 * behind this one's key may go: back in the ready list if something
+		 * of it waits.  One with nothing left that may wait leaves it (and
+		 * the batch may be freed once recorded).
+		 */
+		if (may_wait(b->ep->page) || may_wait(b->ep->due))
+			make_ready(b->ep);
+		else
+			unready(b->ep);
+		update_busy(b->ep);
 		if (o != OUTCOME_DELIVERED)
 			warn_failure(b->ep, req);
 	}

@@ -64,6 +64,14 @@ typedef struct RelayEndpoint
 	int			consecutive_failures;	/* since the last 2xx, in this relay */
 	TimestampTz last_warning;	/* last "deliveries are failing" report */
 	int			failures_unreported;
+	/* requests in flight: pump() (DESIGN.md, The relay loop) */
+	int			max_in_flight;	/* its cap; 0: outbox.endpoint_concurrency */
+	bool		busy;			/* ready, or requests in flight: counted in
+								 * the fair share */
+	bool		ready;			/* in pump()'s list: deliveries may wait */
+	dlist_node	ready_node;
+	int			shown_at;		/* 1 + its entry in the shared table of
+								 * requests in flight (shmem.c), 0: none */
 } RelayEndpoint;
 
 typedef enum DeliveryState
@@ -154,6 +162,7 @@ typedef struct Batch
 	TimestampTz last_flush;		/* when finished deliveries were last recorded */
 	bool		record_failed;	/* the last record failed or was refused */
 	dlist_node	node;			/* in the relay's list of batches */
+	bool		pumped;			/* pump() has seen it (its endpoint readied) */
 } Batch;
 
 extern PGDLLEXPORT void outbox_relay_main(Datum arg);

@@ -12,6 +12,13 @@
  * unrelated process's latch, which latches tolerate as a spurious wake-up,
  * and a relay starting reads everything anyway.
  *
+ * Each slot also shows what its relay has in flight per endpoint, its
+ * senders' requests included: a table of OUTBOX_MAX_CONCURRENCY entries,
+ * each one atomic word holding an endpoint id and a count, written by the
+ * relay alone and read by outbox._in_flight() without a lock.  An endpoint
+ * holds an entry only while it has a request in flight, so there are never
+ * more endpoints to show than entries.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -28,12 +35,14 @@
 #include "storage/proc.h"
 #include "storage/shmem.h"
 #include "utils/builtins.h"
+#include "utils/memutils.h"
 #include "utils/timestamp.h"
 
 #include "guc.h"
 #include "shmem.h"
 
 PG_FUNCTION_INFO_V1(outbox_relay_stats);
+PG_FUNCTION_INFO_V1(outbox_in_flight);
 
 #define INVALID_PROCNO	PG_UINT32_MAX
 /* Databases at once whose relay a database command holds off. */
@@ -52,6 +61,8 @@ typedef struct RelaySlot
 	uint64		requests_seen;	/* launch requests when it looked for the
 								 * extension (RELAY_EXIT_ABSENT) */
 	pg_atomic_uint64 counters[RELAY_NCOUNTERS];
+	/* endpoint id << 32 | requests in flight; 0: a free entry */
+	pg_atomic_uint64 in_flight[OUTBOX_MAX_CONCURRENCY];
 } RelaySlot;
 
 typedef struct HeldDatabase
@@ -75,6 +86,10 @@ static OutboxShared *shared = NULL;
 /* This process's relay slot, and a backend's cached slot for its database. */
 static int	my_slot = -1;
 static int	cached_slot = -1;
+
+/* The relay's free entries of its slot's in-flight table, as a stack. */
+static int *free_entries = NULL;
+static int	n_free = 0;
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
@@ -122,6 +137,8 @@ outbox_shmem_startup(void)
 			pg_atomic_init_u64(&s->endpoints_version, 0);
 			for (int c = 0; c < RELAY_NCOUNTERS; c++)
 				pg_atomic_init_u64(&s->counters[c], 0);
+			for (int e = 0; e < OUTBOX_MAX_CONCURRENCY; e++)
+				pg_atomic_init_u64(&s->in_flight[e], 0);
 		}
 	}
 	LWLockRelease(AddinShmemInitLock);
@@ -343,6 +360,16 @@ outbox_relay_attach(int slot, Oid dboid)
 	my_slot = slot;
 	for (int i = 0; i < RELAY_NCOUNTERS; i++)
 		pg_atomic_write_u64(&s->counters[i], 0);
+	/* Nothing in flight yet; every entry free, the first on top. */
+	if (free_entries == NULL)
+		free_entries = MemoryContextAlloc(TopMemoryContext,
+										  sizeof(int) * OUTBOX_MAX_CONCURRENCY);
+	for (int e = 0; e < OUTBOX_MAX_CONCURRENCY; e++)
+	{
+		pg_atomic_write_u64(&s->in_flight[e], 0);
+		free_entries[e] = OUTBOX_MAX_CONCURRENCY - 1 - e;
+	}
+	n_free = OUTBOX_MAX_CONCURRENCY;
 	s->started_at = GetCurrentTimestamp();
 	s->exit_reason = RELAY_EXIT_UNKNOWN;
 	pg_write_barrier();
@@ -383,6 +410,41 @@ uint64
 outbox_endpoints_version(void)
 {
 	return my_slot >= 0 ? pg_atomic_read_u64(&shared->slots[my_slot].endpoints_version) : 0;
+}
+
+/*
+ * Show that an endpoint has n requests in flight.  shown_at is what the
+ * previous call returned for it (0 the first time): 1 + its entry, kept
+ * while n > 0 and freed at 0.  Returns the new shown_at.  Should the table
+ * ever be full (it cannot: see OUTBOX_MAX_CONCURRENCY), the endpoint is
+ * not shown, and reads as nothing in flight.
+ */
+int
+outbox_show_in_flight(int shown_at, int endpoint_id, int n)
+{
+	pg_atomic_uint64 *table;
+
+	if (my_slot < 0)
+		return 0;
+	table = shared->slots[my_slot].in_flight;
+	if (n <= 0)
+	{
+		if (shown_at > 0)
+		{
+			pg_atomic_write_u64(&table[shown_at - 1], 0);
+			free_entries[n_free++] = shown_at - 1;
+		}
+		return 0;
+	}
+	if (shown_at == 0)
+	{
+		if (n_free == 0)
+			return 0;
+		shown_at = free_entries[--n_free] + 1;
+	}
+	pg_atomic_write_u64(&table[shown_at - 1],
+						((uint64) (uint32) endpoint_id << 32) | (uint32) n);
+	return shown_at;
 }
 
 /*----------------------------------------------------------------------
@@ -463,6 +525,38 @@ outbox_relay_stats(PG_FUNCTION_ARGS)
 			values[3 + c] = Int64GetDatum((int64) pg_atomic_read_u64(&s->counters[c]));
 		values[8] = Float8GetDatum(pg_atomic_read_u64(&s->counters[RELAY_HTTP_US]) / 1e6);
 		values[9] = Float8GetDatum(pg_atomic_read_u64(&s->counters[RELAY_SQL_US]) / 1e6);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
+}
+
+/*
+ * outbox._in_flight() returns (endpoint_id, in_flight): the requests the
+ * relay of this database has in flight now, per endpoint with any, its
+ * senders' included.  Read without a lock: each count is one the relay
+ * published, and the counts of different endpoints may be a moment apart.
+ * No rows while no relay runs here, or without shared memory.
+ */
+Datum
+outbox_in_flight(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	RelaySlot  *s;
+
+	InitMaterializedSRF(fcinfo, 0);
+	s = my_database_slot();
+	if (s == NULL || pg_atomic_read_u32(&s->pid) == 0)
+		return (Datum) 0;
+	for (int e = 0; e < OUTBOX_MAX_CONCURRENCY; e++)
+	{
+		uint64		v = pg_atomic_read_u64(&s->in_flight[e]);
+		Datum		values[2];
+		bool		nulls[2] = {0};
+
+		if ((uint32) v == 0)
+			continue;
+		values[0] = Int32GetDatum((int32) (v >> 32));
+		values[1] = Int32GetDatum((int32) (uint32) v);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;

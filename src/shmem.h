@@ -12,6 +12,14 @@
 
 #include "datatype/timestamp.h"
 
+/*
+ * The most requests a relay keeps in flight (outbox.max_concurrency's upper
+ * bound).  Each relay slot has a table of that many entries for its
+ * endpoints' requests in flight (outbox._in_flight()): an endpoint takes an
+ * entry only while it has one in flight, so the table cannot run out.
+ */
+#define OUTBOX_MAX_CONCURRENCY	10000
+
 /* What a relay counts since it started (outbox.relay_stats). */
 typedef enum RelayCounter
 {
@@ -54,6 +62,7 @@ extern void outbox_relay_attach(int slot, Oid dboid);
 extern void outbox_relay_detach(RelayExit reason, uint64 requests_seen);
 extern void outbox_count(RelayCounter counter, uint64 n);
 extern uint64 outbox_endpoints_version(void);
+extern int	outbox_show_in_flight(int shown_at, int endpoint_id, int n);
 
 /* Backends */
 extern void outbox_wake_relay(void);

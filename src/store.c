@@ -159,7 +159,7 @@ store_load_endpoints(HTAB *endpoints, MemoryContext cxt)
 								 "  outbox._timeout_ms(e.timeout), e.max_attempts, e.ordered, "
 								 "  NOT e.paused AND e.disabled_at IS NULL, s.secret, "
 								 "  CASE WHEN s.previous_expires_at > now() THEN s.previous_secret END, "
-								 "  e.event_types, p.follows "
+								 "  e.event_types, p.follows, e.max_in_flight "
 								 "FROM outbox.endpoints e JOIN outbox.endpoint_secrets s ON s.endpoint_id = e.id "
 								 "  JOIN outbox.positions p ON p.endpoint_id = e.id",
 								 0, NULL);
@@ -233,6 +233,10 @@ store_load_endpoints(HTAB *endpoints, MemoryContext cxt)
 		if (old_secret != NULL &&
 			!outbox_secret_key(old_secret, strlen(old_secret), ep->old_key, &ep->old_keylen))
 			ep->old_keylen = 0;
+		/* NULL: outbox.endpoint_concurrency, whatever it is at the time */
+		ep->max_in_flight = DatumGetInt32(col_datum(tup, desc, 13, &isnull));
+		if (isnull)
+			ep->max_in_flight = 0;
 	}
 
 	first_load = false;

@@ -250,7 +250,7 @@ ok(wait_received($log, got_all('/late', @burst)), 'a burst of 10 arrives with ma
 
 ok(reload_with('outbox.poll_interval' => undef, 'outbox.max_concurrency' => undef),
 	'relay logged the reload back to the defaults');
-is($node->safe_psql('postgres', 'SHOW outbox.max_concurrency'), '64', 'max_concurrency is back to 64');
+is($node->safe_psql('postgres', 'SHOW outbox.max_concurrency'), '2048', 'max_concurrency is back to its default, 2048');
 
 ########################################################################
 # A refused connection, an unresolvable host and a receiver slower than the

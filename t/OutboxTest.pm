@@ -168,14 +168,18 @@ sub outbox_version
 	return $1;
 }
 
-# Start t/webhook_receiver.py; returns (base URL, log path, harness).
+# start_receiver([$host]): start t/webhook_receiver.py listening on $host
+# (127.0.0.1); returns (base URL, log path, harness).
 sub start_receiver
 {
+	my ($host) = @_;
+	$host //= '127.0.0.1';
 	my $dir = PostgreSQL::Test::Utils::tempdir();
 	my $log = "$dir/received.jsonl";
 	my $port_file = "$dir/port";
 	my $script = dirname(__FILE__) . '/webhook_receiver.py';
-	my $h = IPC::Run::start([ 'python3', $script, '--log', $log, '--port-file', $port_file ]);
+	my $h = IPC::Run::start(
+		[ 'python3', $script, '--log', $log, '--port-file', $port_file, '--host', $host ]);
 	push @receivers, $h;
 	for (my $i = 0; $i < 100 && !-e $port_file; $i++)
 	{
@@ -183,7 +187,7 @@ sub start_receiver
 	}
 	die "receiver did not start" unless -e $port_file;
 	my $port = PostgreSQL::Test::Utils::slurp_file($port_file);
-	return ("http://127.0.0.1:$port", $log, $h);
+	return ("http://$host:$port", $log, $h);
 }
 
 # Everything the receiver logged, as a list of hashes.

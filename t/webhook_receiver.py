@@ -21,9 +21,12 @@ receiver serves many endpoints at once:
 An event can set any of these for itself with a header "x-test-NAME"
 (emit(..., headers => '{"x-test-delay": "2"}')), over the URL's.
 
-Every request is appended to the log file as one JSON line: the receive
-time (Unix seconds, float), path, query, lower-cased headers (the last of a
-repeated name), every header line in order, body and the status answered.  The port is written to --port-file once listening.
+Every request is appended to the log file as one JSON line, once answered:
+the receive time (Unix seconds, float), path, query, lower-cased headers
+(the last of a repeated name), every header line in order, body, the status
+answered, and "concurrent": the requests to its path being handled when it
+came, itself included.  It listens on --host (127.0.0.1); the port is
+written to --port-file once listening.
 Standard library only.
 """
 import argparse
@@ -39,6 +42,7 @@ from urllib.parse import parse_qs, urlsplit
 
 lock = threading.Lock()
 seen = collections.Counter()
+handling = collections.Counter()
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -65,6 +69,23 @@ class Handler(BaseHTTPRequestHandler):
         with lock:
             seen[(url.path, msg_id)] += 1
             n = seen[(url.path, msg_id)]
+            handling[url.path] += 1
+            concurrent = handling[url.path]
+        self.counted = url.path
+        try:
+            self.answer(received, body, url, q, status, n, concurrent)
+        finally:
+            self.done_handling()
+
+    def done_handling(self):
+        # Before the answer goes out: the relay may send the next request
+        # as soon as it has it.
+        if self.counted is not None:
+            with lock:
+                handling[self.counted] -= 1
+            self.counted = None
+
+    def answer(self, received, body, url, q, status, n, concurrent):
         if "fail_first" in q and n > int(q["fail_first"]):
             status = 200
         if "delay" in q:
@@ -81,10 +102,12 @@ class Handler(BaseHTTPRequestHandler):
             "header_list": self.headers.items(),
             "body": body,
             "status": status,
+            "concurrent": concurrent,
         }
         with lock:
             with open(self.server.log_path, "a") as f:
                 f.write(json.dumps(record) + "\n")
+        self.done_handling()
         self.send_response(status)
         if status >= 300 and "retry_after" in q:
             self.send_header("Retry-After", q["retry_after"])
@@ -108,10 +131,11 @@ def main():
     ap.add_argument("--log", required=True)
     ap.add_argument("--port-file", required=True)
     ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--host", default="127.0.0.1")
     args = ap.parse_args()
     # A deep accept queue: the relay opens many connections at once.
     ThreadingHTTPServer.request_queue_size = 128
-    server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
+    server = ThreadingHTTPServer((args.host, args.port), Handler)
     server.daemon_threads = True
     server.log_path = args.log
     open(args.log, "a").close()

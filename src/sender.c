@@ -167,6 +167,7 @@ launch(Sender *s)
 	shm_mq	   *requests = shm_mq_create(queue_address(s->index, false), QUEUE_SIZE);
 	shm_mq	   *results = shm_mq_create(queue_address(s->index, true), QUEUE_SIZE);
 	MemoryContext old;
+	bool		registered;
 
 	shm_mq_set_sender(requests, MyProc);
 	shm_mq_set_receiver(results, MyProc);
@@ -185,7 +186,16 @@ launch(Sender *s)
 	worker.bgw_notify_pid = MyProcPid;
 
 	s->died_at = GetCurrentTimestamp();
-	if (!RegisterDynamicBackgroundWorker(&worker, &s->worker))
+	/*
+	 * The handle is allocated in the current context: the senders' own, not
+	 * the relay loop's, which is reset every iteration (a sender started
+	 * again by revive() had its handle freed under it, and stopping it
+	 * later when stuck read freed memory).
+	 */
+	old = MemoryContextSwitchTo(senders_cxt);
+	registered = RegisterDynamicBackgroundWorker(&worker, &s->worker);
+	MemoryContextSwitchTo(old);
+	if (!registered)
 	{
 		s->worker = NULL;
 		if (s->refused)

@@ -1,5 +1,7 @@
 # Crash rounds (DESIGN promises 1-3): several clients emit thousands of
-# events to two endpoints, about one transaction in ten rolling back; at a
+# events to a few hundred endpoints (one for every event, one for order
+# events, and 300 with an event type each: half the events are of those),
+# about one transaction in ten rolling back; at a
 # random moment during delivery the relay is killed with SIGKILL, or a
 # client backend is (both force the postmaster's crash restart), or the
 # server is stopped with -m immediate and started again.  Once the backlog
@@ -52,6 +54,25 @@ else
 my $n_clients = 4;
 my $txns_per_client = 300;    # 1-5 events each: about 3,600 events a round
 my @types = qw(order.created order.paid user.created audit.log);
+# Endpoints with an event type of their own (OUTBOX_CRASH_ENDPOINTS): the
+# stream routes each event to the one that wants it.
+my $n_bulk = $ENV{OUTBOX_CRASH_ENDPOINTS} // 300;
+
+# The endpoints an event of this type is owed to, by receiver path.
+sub paths_for
+{
+	my ($type) = @_;
+	my @paths = ('/all');
+	push @paths, '/ord' if $type =~ /^order\./;
+	push @paths, "/b$1" if $type =~ /^bulk\.(\d+)$/;
+	return @paths;
+}
+
+sub subscribed_at
+{
+	my ($path, $type) = @_;
+	return scalar(grep { $_ eq $path } paths_for($type));
+}
 
 # A duplicate must have been first received no earlier than this before the
 # crash: 3 x wal_writer_delay (PostgreSQL's bound on how long an
@@ -74,8 +95,9 @@ my ($url, $log, $receiver) = start_receiver();
 
 $node->safe_psql('postgres', qq{
 SELECT outbox.create_endpoint('all', '$url/all', '{*}');
-SELECT outbox.create_endpoint('ord', '$url/ord', '{order.*}');});
-my %subscribed = ('/all' => sub { 1 }, '/ord' => sub { $_[0] =~ /^order\./ });
+SELECT outbox.create_endpoint('ord', '$url/ord', '{order.*}');
+SELECT count(outbox.create_endpoint('b' || n, '$url/b' || n, ARRAY['bulk.' || n]))
+  FROM generate_series(0, $n_bulk - 1) n;});
 
 my $tmp = PostgreSQL::Test::Utils::tempdir();
 my $json = JSON::PP->new->canonical;
@@ -123,7 +145,8 @@ sub plan_client
 		my @events;
 		for my $k (0 .. int(rand(5)))
 		{
-			push @events, { id => "$round.$c.$t.$k", type => $types[ int(rand(@types)) ] };
+			my $type = $n_bulk > 0 && rand() < 0.5 ? 'bulk.' . int(rand($n_bulk)) : $types[ int(rand(@types)) ];
+			push @events, { id => "$round.$c.$t.$k", type => $type };
 		}
 		my $sql = "BEGIN;\nSELECT "
 		  . join(', ',
@@ -187,7 +210,7 @@ for my $round (1 .. scalar(@kinds))
 	{
 		for my $tx (grep { !$_->{rb} } @{ $p->{txns} })
 		{
-			$expected += 1 + ($_->{type} =~ /^order\./ ? 1 : 0) for @{ $tx->{events} };
+			$expected += scalar(paths_for($_->{type})) for @{ $tx->{events} };
 		}
 	}
 	# The crash comes once this many requests arrived: somewhere in
@@ -292,7 +315,7 @@ SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'outbox relay' AN
 	$node->poll_query_until('postgres', 'SELECT deliveries_waiting = 0 FROM outbox.backlog')
 	  or die "round $round: backlog not empty";
 	$node->poll_query_until('postgres',
-		'SELECT count(*) = 0 FROM outbox.positions WHERE next_snap IS NOT NULL')
+		'SELECT count(*) = 0 FROM outbox._positions WHERE next_snap IS NOT NULL')
 	  or diag "round $round: a batch is still open";
 
 	# The relay was started once for this crash, and is still the one running.
@@ -311,7 +334,7 @@ SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'outbox relay' AN
 	# Nothing left in retry, no batch left open.
 	is($node->safe_psql('postgres', 'SELECT count(*) FROM outbox.retries'),
 		'0', "round $round: no retries left");
-	is($node->safe_psql('postgres', 'SELECT count(*) FROM outbox.positions WHERE next_snap IS NOT NULL'),
+	is($node->safe_psql('postgres', 'SELECT count(*) FROM outbox._positions WHERE next_snap IS NOT NULL'),
 		'0', "round $round: no batch left open");
 
 	# What the clients know: transactions whose COMMIT returned, and those
@@ -392,7 +415,7 @@ SELECT event_id, event_type, payload->>'id' FROM outbox.events WHERE (payload->>
 			$requests++;
 			my $e = $db{$eid};
 			if (!$e || $e->{id} ne ($data->{id} // '') || $data->{rb}
-				|| !$subscribed{ $r->{path} } || !$subscribed{ $r->{path} }->($e->{type}))
+				|| !subscribed_at($r->{path}, $e->{type}))
 			{
 				$phantom++;
 				push @problems, "received $eid at $r->{path} (payload id "
@@ -411,9 +434,8 @@ SELECT event_id, event_type, payload->>'id' FROM outbox.events WHERE (payload->>
 	my ($lost, $deliveries) = (0, 0);
 	for my $eid (keys %db)
 	{
-		for my $path (sort keys %subscribed)
+		for my $path (paths_for($db{$eid}{type}))
 		{
-			next unless $subscribed{$path}->($db{$eid}{type});
 			$deliveries++;
 			next if $n{"$path $eid"};
 			$lost++;

@@ -1,0 +1,188 @@
+# The stream (DESIGN.md, "The stream"): the relay reads each event once and
+# routes it in memory to the endpoints that follow the stream.
+#
+# Part 1: 200 endpoints with an event type each, one with a prefix pattern
+# and one with "*": each gets exactly the events it subscribes to, once;
+# they all follow the stream, and delivering does not write the position
+# rows of endpoints that follow it (only the stream's row moves).
+# Part 2: an endpoint whose receiver holds its requests stops following the
+# stream, and the others go on receiving meanwhile; once released it gets
+# each of its events once, and follows the stream again.
+# Part 3: a paused endpoint stops following; what is emitted while it is
+# paused reaches it once resumed, once each, and it follows again.
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::Bin;
+use OutboxTest qw(:all);
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time usleep);
+
+my $n_types = 200;
+my $node = outbox_node('stream', conf => "outbox.poll_interval = '200ms'\n");
+my ($url, $log, $receiver) = start_receiver();
+
+############################################################################
+# Part 1: many endpoints, each exactly its events
+############################################################################
+
+sql(qq{
+SELECT count(outbox.create_endpoint('e' || n, '$url/e' || n, ARRAY['t.' || n]))
+  FROM generate_series(1, $n_types) n;
+SELECT outbox.create_endpoint('pre', '$url/pre', '{t.1*}');
+SELECT outbox.create_endpoint('all', '$url/all', '{*}');
+});
+wait_for_relay() or die 'relay did not start';
+
+# Until every endpoint follows the stream: new endpoints start on their own
+# and join it once they are where it is (events make the stream move).
+my $n_endpoints = $n_types + 2;
+my $deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
+my $warm = 0;
+while (time() < $deadline)
+{
+	sql("SELECT outbox.emit('warm.up', '{}')");
+	$warm++;
+	last if sql('SELECT count(*) FROM outbox.positions WHERE follows') == $n_endpoints;
+	usleep(100_000);
+}
+is(sql('SELECT count(*) FROM outbox.positions WHERE follows'), $n_endpoints,
+	'every endpoint follows the stream');
+ok(wait_received($log, sub { scalar(grep { $_->{path} eq '/all' } @_) >= $warm }),
+	'the warm-up events reached the endpoint subscribed to everything');
+
+my $rows_before = sql('SELECT string_agg(endpoint_id || updated_at::text, \',\' ORDER BY endpoint_id)
+                         FROM outbox.positions');
+my $stream_before = sql('SELECT updated_at FROM outbox.stream');
+
+# Three events of each type, in transactions of 50 events.
+my %want;    # path => { webhook-id => 1 }
+for my $round (1 .. 3)
+{
+	my @rows = split /\n/, sql(qq{
+SELECT n, outbox.emit('t.' || n, jsonb_build_object('n', n, 'round', $round))
+  FROM generate_series(1, $n_types) n});
+	for (@rows)
+	{
+		my ($n, $id) = split /\|/;
+		$want{"/e$n"}{$id} = 1;
+		$want{'/all'}{$id} = 1;
+		$want{'/pre'}{$id} = 1 if $n =~ /^1/;
+	}
+}
+my @all_ids = keys %{ $want{'/all'} };
+is(scalar(@all_ids), 3 * $n_types, 'events emitted');
+ok(wait_received($log, got_all('/all', @all_ids)), 'every event reached the endpoint subscribed to everything');
+ok(wait_received($log, sub {
+	for my $path (keys %want)
+	{
+		my $n = ids_at($path, @_);
+		return 0 if grep { !$n->{$_} } keys %{ $want{$path} };
+	}
+	return 1;
+}), 'every endpoint got its events');
+
+my @got = received($log);
+my ($wrong, $twice, $missing) = (0, 0, 0);
+for my $path (keys %want)
+{
+	my $n = ids_at($path, @got);
+	for my $id (keys %$n)
+	{
+		next if $id eq '' || !exists $want{'/all'}{$id};    # warm-up events
+		$wrong++ unless $want{$path}{$id};
+		$twice++ if $n->{$id} > 1;
+	}
+	$missing += grep { !$n->{$_} } keys %{ $want{$path} };
+}
+# An endpoint with no events of these rounds must have got none of them.
+my %has_want = map { $_ => 1 } keys %want;
+my $stray = grep { !$has_want{ $_->{path} } && exists $want{'/all'}{ $_->{headers}{'webhook-id'} // '' } } @got;
+is($wrong + $stray, 0, 'no endpoint got an event of a type it does not subscribe to');
+is($twice, 0, 'no event arrived twice at an endpoint');
+is($missing, 0, 'no event is missing at an endpoint subscribed to it');
+is(scalar(keys %{ $want{'/pre'} }), 3 * scalar(grep { /^1/ } 1 .. $n_types),
+	'the prefix pattern matched the types it covers');
+
+ok($node->poll_query_until('postgres', 'SELECT deliveries_waiting = 0 FROM outbox.backlog'),
+	'nothing is waiting');
+is(sql('SELECT string_agg(endpoint_id || updated_at::text, \',\' ORDER BY endpoint_id)
+          FROM outbox.positions'), $rows_before,
+	'no position row of an endpoint following the stream was written');
+isnt(sql('SELECT updated_at FROM outbox.stream'), $stream_before, 'the stream moved');
+is(sql('SELECT count(*) FROM outbox._positions WHERE next_snap IS NOT NULL'), '0', 'no batch left open');
+
+############################################################################
+# Part 2: a slow endpoint stops following; the others go on
+############################################################################
+
+my $release = PostgreSQL::Test::Utils::tempdir() . '/release';
+my @slow = split /\n/, sql(qq{
+SELECT outbox.emit('t.5', jsonb_build_object('slow', n), headers => '{"x-test-hold": "$release"}')
+  FROM generate_series(1, 3) n});
+ok($node->poll_query_until('postgres',
+		"SELECT NOT follows FROM outbox.positions WHERE endpoint_id = outbox._endpoint_id('e5')"),
+	'the endpoint whose receiver holds its requests stopped following the stream');
+
+# The others are not held back: events emitted now arrive while e5 holds.
+my $t0 = time();
+my @fast = split /\n/, sql(q{SELECT outbox.emit('t.7', jsonb_build_object('fast', n)) FROM generate_series(1, 5) n});
+ok(wait_received($log, got_all('/e7', @fast)), 'another endpoint got its events meanwhile');
+my $took = time() - $t0;
+ok($took < 5, sprintf('within seconds (%.1f s)', $took));
+is(scalar(grep { $_->{path} eq '/e5' && grep { $_ eq $_[0] } @slow } received($log)), 0,
+	'the held requests are still held');
+ok(!-e $release, 'not released yet');
+
+PostgreSQL::Test::Utils::append_to_file($release, '');
+ok(wait_received($log, got_all('/e5', @slow)), 'once released, the slow endpoint got its events');
+ok($node->poll_query_until('postgres', 'SELECT deliveries_waiting = 0 FROM outbox.backlog'),
+	'nothing is waiting');
+# It follows again once it is where the stream is (events move the stream).
+$deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
+while (time() < $deadline)
+{
+	last if sql("SELECT follows FROM outbox.positions WHERE endpoint_id = outbox._endpoint_id('e5')") eq 't';
+	sql("SELECT outbox.emit('warm.up', '{}')");
+	usleep(100_000);
+}
+is(sql("SELECT follows FROM outbox.positions WHERE endpoint_id = outbox._endpoint_id('e5')"), 't',
+	'the slow endpoint follows the stream again');
+my $n5 = ids_at('/e5', received($log));
+is(scalar(grep { ($n5->{$_} // 0) != 1 } @slow), 0, 'each of its held events arrived once');
+
+############################################################################
+# Part 3: a paused endpoint
+############################################################################
+
+sql("SELECT outbox.pause_endpoint('e9')");
+ok($node->poll_query_until('postgres',
+		"SELECT NOT follows FROM outbox.positions WHERE endpoint_id = outbox._endpoint_id('e9')"),
+	'a paused endpoint stops following the stream');
+my @paused = split /\n/, sql(q{SELECT outbox.emit('t.9', jsonb_build_object('p', n)) FROM generate_series(1, 4) n});
+my @other = split /\n/, sql(q{SELECT outbox.emit('t.8', jsonb_build_object('p', n)) FROM generate_series(1, 4) n});
+ok(wait_received($log, got_all('/e8', @other)), 'the others get their events while it is paused');
+is(scalar(grep { $_->{path} eq '/e9' && grep { my $x = $_; $x eq ($_->{headers}{'webhook-id'} // '') } @paused } received($log)),
+	0, 'the paused endpoint got nothing');
+is(sql("SELECT events_waiting FROM outbox.endpoint_status WHERE name = 'e9'"), '4',
+	'its events wait for it');
+sql("SELECT outbox.resume_endpoint('e9')");
+ok(wait_received($log, got_all('/e9', @paused)), 'resumed, it gets what waited');
+$deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
+while (time() < $deadline)
+{
+	last if sql("SELECT follows FROM outbox.positions WHERE endpoint_id = outbox._endpoint_id('e9')") eq 't';
+	sql("SELECT outbox.emit('warm.up', '{}')");
+	usleep(100_000);
+}
+is(sql("SELECT follows FROM outbox.positions WHERE endpoint_id = outbox._endpoint_id('e9')"), 't',
+	'and follows the stream again');
+my $n9 = ids_at('/e9', received($log));
+is(scalar(grep { ($n9->{$_} // 0) != 1 } @paused), 0, 'each of its events arrived once');
+is($node->safe_psql('postgres', 'SELECT count(*) FROM outbox.retries'), '0', 'no retries left');
+
+my $errors = () = slurp_file($node->logfile) =~ /outbox relay.*\bERROR:|\[\d+\] ERROR:.*outbox/g;
+is($errors, 0, 'the relay logged no error');
+
+done_testing();

@@ -1439,7 +1439,8 @@ record_round(void)
 		r.moves_stream = true;
 	}
 
-	if (r.set.nbatches == 0 && !r.moves_stream)
+	/* (a detach alone is written too: a paused endpoint may wait on it) */
+	if (r.set.nbatches == 0 && !r.moves_stream && r.set.ndetach == 0)
 		return;
 
 	result = run_step("outbox: recording outcomes", record_step, &r);

@@ -134,7 +134,7 @@ def main():
     ap.add_argument("--host", default="127.0.0.1")
     args = ap.parse_args()
     # A deep accept queue: the relay opens many connections at once.
-    ThreadingHTTPServer.request_queue_size = 128
+    ThreadingHTTPServer.request_queue_size = 1024
     server = ThreadingHTTPServer((args.host, args.port), Handler)
     server.daemon_threads = True
     server.log_path = args.log

@@ -313,16 +313,34 @@ restart_postgres()
 	die "the relay did not start"
 }
 
-# fresh_outbox: reset_outbox, then a restart, so that the next run starts
-# with a relay that has nothing left to do.  Cases 8 to 13 need it: today's
-# relay still sends the pages it has read for an endpoint after the endpoint
-# is dropped, and a dropped endpoint on a slow or silent receiver then holds
-# every request slot for minutes (seen with case 11: 40,000 requests to
-# dropped endpoints while the next case's endpoints got none).
+# relay_running: whether this database has its relay.
+relay_running() { [ -n "$(sql "SELECT pid FROM pg_stat_activity WHERE backend_type = 'outbox relay'")" ]; }
+
+# fresh_outbox: reset_outbox with the relay stopped, so that the next run
+# starts with a relay that has nothing left to do.  Cases 8 to 13 need it:
+# today's relay still sends the pages it has read for an endpoint after the
+# endpoint is dropped (with case 11, 40,000 requests to dropped endpoints
+# while the next case's endpoints got none), and with 10,000 endpoints one
+# of its reading rounds keeps a transaction open for minutes, which
+# drop_endpoint() waits for.  The launcher stops the relay of a database
+# that outbox.database no longer names, and starts it again once it does.
 fresh_outbox()
 {
+	sql "ALTER SYSTEM SET outbox.database = 'bench_relay_stopped'" >/dev/null
+	sql "SELECT pg_reload_conf()" >/dev/null
+	for _ in $(seq 300); do
+		relay_running || break
+		sleep 0.1
+	done
+	relay_running && die "the relay did not stop"
 	reset_outbox
-	restart_postgres
+	sql "ALTER SYSTEM RESET outbox.database" >/dev/null
+	sql "SELECT pg_reload_conf()" >/dev/null
+	for _ in $(seq 300); do
+		relay_running && return 0
+		sleep 0.1
+	done
+	die "the relay did not start again"
 }
 
 # use_default_settings: from here on the relay runs with every setting of

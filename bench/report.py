@@ -175,13 +175,15 @@ def build_rows(r):
 
 
 def rate_and_cpu(r, label):
-    """A delivery run's rate, flagged if it was cut short, with the relay's CPU."""
+    """A delivery run's rate, flagged if it was cut short, with the relay's CPU
+    and its peak private memory (RssAnon)."""
     flags = ""
     if r.get(f"{label}.timed_out") == "1":
         flags += ", timed out"
     if r.get(f"{label}.ran_out") == "1":
         flags += ", backlog ran out"
-    return f"{fmt(num(r, f'{label}.rate'))}/s (relay CPU {num(r, f'{label}.relay_cpu'):.0%}{flags})"
+    return (f"{fmt(num(r, f'{label}.rate'))}/s (relay CPU {num(r, f'{label}.relay_cpu'):.0%}, "
+            f"private {fmt(num(r, f'{label}.rssanon_peak_kb') / 1024)} MB{flags})")
 
 
 def build_rows_issue11(r, row):

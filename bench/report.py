@@ -227,7 +227,7 @@ def build_rows_issue11(r, row):
         rate = num(r, f"{label}.rate")
         row(f"11 {int(num(r, f'{label}.endpoints')):,} endpoints, receiver answering after "
             f"{int(num(r, 'slow.delay_ms'))} ms, over {fmt(num(r, f'{label}.seconds'))} s",
-            rate_and_cpu(r, label) + f", {int(num(r, f'{label}.connections')):,} connections open",
+            rate_and_cpu(r, label) + f"; connections open at the end: {int(num(r, f'{label}.connections')):,}",
             f"receiver's ceiling: wrk, 2,000 connections, {fmt(ceiling)}/s", fmt(ratio(rate, ceiling)),
             f"≥ {target:,}/s", rate >= target)
     if "slow_large.rate" in r:

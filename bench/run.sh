@@ -18,8 +18,9 @@
 # (issue 11: many endpoints, slow and dead receivers, HTTPS) run after them
 # with every relay setting at the server's default.  BENCH_CASES="8 9"
 # runs only the cases named ("perf" is the profile pass); such a run writes
-# bench/RESULTS.partial.md instead of RESULTS.md and draws no plots.  A
-# whole run takes about 15 minutes on 2 cores; cases 8 to 13 alone about 10.
+# bench/RESULTS.partial.md instead of RESULTS.md and draws no plots.  With
+# today's relay a whole run takes about 18 minutes on 2 cores, cases 8 to
+# 13 alone about 13 (three of their runs wait out MANY_TIMEOUT).
 #
 # It installs the extension into the system's PostgreSQL, as the test suite
 # does, so it holds /tmp/outbox-test.lock (as scripts/test.sh does) while it

@@ -14,6 +14,15 @@ samples the relay's memory (VmHWM, reset first through clear_refs, and the
 largest RssAnon seen), and the CPU time of the relay and of its senders.
 Appends "label.key value" lines to FILE.  Connection settings come from the
 PG* environment variables.
+
+An item of --resume or --wait ending in "*" stands for every endpoint whose
+name starts with the rest (the many-endpoint cases name thousands).  With
+--count-log the deliveries counted while waiting, and after a time-out,
+come from the attempt log instead of the positions (right when each
+endpoint has event types of its own, where ids are no measure).  With
+--window S the backlog is not waited out: after --warmup seconds the
+successful attempts are counted over S seconds, and the rate is that
+count over the measured interval (the cases whose receiver answers slowly).
 """
 import argparse
 import os
@@ -62,6 +71,28 @@ def machine_busy():
     return sum(values) - idle, sum(values)
 
 
+def expand(cur, items):
+    """Endpoint names, with "prefix*" items replaced by the names they match."""
+    names = []
+    for item in items:
+        if item.endswith("*"):
+            cur.execute("SELECT name FROM outbox.endpoints WHERE starts_with(name, %s) ORDER BY name",
+                        (item[:-1],))
+            names += [row[0] for row in cur.fetchall()]
+        else:
+            names.append(item)
+    return names
+
+
+def delivered_in_log(cur, wait):
+    """Successful attempts to the endpoints named in wait, from the attempt log."""
+    cur.execute("""
+        SELECT count(*) FROM outbox.attempt_log
+         WHERE status BETWEEN 200 AND 299
+           AND endpoint_id IN (SELECT id FROM outbox.endpoints WHERE name = ANY (%s))""", (wait,))
+    return cur.fetchone()[0]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--resume", required=True, help="endpoints to resume, comma-separated")
@@ -70,14 +101,18 @@ def main():
     ap.add_argument("--label", required=True)
     ap.add_argument("--results", required=True)
     ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("--count-log", action="store_true",
+                    help="count deliveries in the attempt log, not by event id")
+    ap.add_argument("--window", type=float, help="count deliveries over this many seconds")
+    ap.add_argument("--warmup", type=float, default=3.0, help="seconds before the window opens")
     args = ap.parse_args()
-    resume = args.resume.split(",")
-    wait = args.wait.split(",")
-    total = args.events * len(wait)
 
     conn = psycopg2.connect("")
     conn.autocommit = True
     cur = conn.cursor()
+    resume = expand(cur, args.resume.split(","))
+    wait = expand(cur, args.wait.split(","))
+    total = args.events * len(wait)
     cur.execute("SELECT max(txid)::text, min(id) FROM outbox.events WHERE event_type LIKE 'bench.%'")
     last_txid, first_id = cur.fetchone()
     pid = relay_pid(cur)
@@ -104,7 +139,32 @@ def main():
     wall0 = time.monotonic()
     next_progress = wall0 + PROGRESS_EVERY
     timed_out = False
-    while True:
+    ran_out = False
+    window_end = None
+    if args.window:
+        # The window: successful attempts recorded between two readings of
+        # the attempt log, timed by the server's clock.
+        deadline = wall0 + args.warmup
+        while time.monotonic() < deadline:
+            peak_anon = max(peak_anon, proc_status(pid)["RssAnon"])
+            time.sleep(POLL)
+        cur.execute("SELECT clock_timestamp()")
+        (started,) = cur.fetchone()
+        at_start = delivered_in_log(cur, wait)
+        cpu0 = cpu_seconds(pid)
+        senders_cpu0 = sum(cpu_seconds(p) for p in senders)
+        busy0, all0 = machine_busy()
+        deadline = time.monotonic() + args.window
+        while time.monotonic() < deadline:
+            peak_anon = max(peak_anon, proc_status(pid)["RssAnon"])
+            time.sleep(POLL)
+        cur.execute("SELECT clock_timestamp()")
+        (window_end,) = cur.fetchone()
+        at_end = delivered_in_log(cur, wait)
+        delivered = at_end - at_start
+        last_update = window_end
+        ran_out = at_end >= total
+    while window_end is None:
         cur.execute("""
             SELECT count(*) FILTER (WHERE p.next_snap IS NULL
                                       AND pg_visible_in_snapshot(%s::xid8, p.snap)),
@@ -129,6 +189,8 @@ def main():
             break
         if now >= next_progress:
             elapsed = now - wall0
+            if args.count_log:
+                delivered = delivered_in_log(cur, wait)
             print(f"  {args.label}: {delivered:,}/{total:,} delivered after {elapsed:.0f} s "
                   f"({delivered / elapsed:,.0f}/s)", flush=True)
             next_progress += PROGRESS_EVERY
@@ -141,15 +203,18 @@ def main():
     if timed_out:
         cur.execute("SELECT clock_timestamp()")
         (last_update,) = cur.fetchone()
+        if args.count_log:
+            delivered = delivered_in_log(cur, wait)
     seconds = (last_update - started).total_seconds()
     rate = delivered / seconds if seconds > 0 else 0.0
     print(f"  {args.label}: {delivered:,} deliveries in {seconds:.2f} s = {rate:,.0f}/s"
-          f"{' (TIMED OUT)' if timed_out else ''}; relay CPU {cpu / seconds:.0%} of a core"
+          f"{' (TIMED OUT)' if timed_out else ''}{' (THE BACKLOG RAN OUT)' if ran_out else ''}; relay CPU {cpu / seconds:.0%} of a core"
           f"{f', its {len(senders)} senders {senders_cpu / seconds:.0%}' if senders else ''}, "
           f"VmHWM {status['VmHWM'] / 1024:.0f} MB, RssAnon peak {peak_anon / 1024:.0f} MB", flush=True)
     with open(args.results, "a") as f:
         for key, value in (("deliveries", delivered), ("seconds", f"{seconds:.3f}"),
                            ("rate", f"{rate:.1f}"), ("timed_out", int(timed_out)),
+                           ("ran_out", int(ran_out)),
                            ("relay_cpu", f"{cpu / seconds:.3f}"),
                            ("senders_cpu", f"{senders_cpu / seconds:.3f}"),
                            ("machine_busy", f"{(busy1 - busy0) / max(1, all1 - all0):.3f}"),

@@ -5,9 +5,11 @@
 
 FILE holds the "key value" lines run.sh and its helpers appended.  Prints
 the table (figures, baselines measured in the same run, ratios, the targets
-of issue 5 and whether each is met), writes it to BENCH_DIR/RESULTS.md, and
-draws BENCH_DIR/{emit,relay,latency}.png with gnuplot (bench/plots.gp) from
-data files written to DIR.
+of issues 5 and 11 and whether each is met), writes it to
+BENCH_DIR/RESULTS.md, and draws BENCH_DIR/{emit,relay,latency}.png with
+gnuplot (bench/plots.gp) from data files written to DIR.  With --partial
+(a run of some cases only) only the rows of the cases that ran are written,
+to BENCH_DIR/RESULTS.partial.md, and nothing is drawn.
 """
 import argparse
 import datetime
@@ -67,97 +69,192 @@ def build_rows(r):
     def row(case, measured, baseline, rat, target, ok):
         rows.append((case, measured, baseline, rat, target, verdict(ok)))
 
+    thr = num(r, "throughput.rate")
+
     # 1. Emit cost
-    for mode in ("off", "on"):
-        emit, bare, pgq, none = (num(r, f"emit.{mode}.{v}") for v in ("outbox", "bare", "pgq", "none"))
-        sc = f"synchronous_commit={mode}"
-        row(f"1 emit cost, {sc}: business row alone", f"{fmt(none)} tx/s", "", "", "(for scale)", None)
-        if mode == "off":
-            row(f"1 emit cost, {sc}: outbox.emit() vs bare INSERT", f"{fmt(emit)} tx/s",
-                f"{fmt(bare)} tx/s", fmt(ratio(emit, bare)), "≥ 0.90", ratio(emit, bare) >= 0.90)
-            row(f"1 emit cost, {sc}: outbox.emit() vs pgq.insert_event()", f"{fmt(emit)} tx/s",
-                f"{fmt(pgq)} tx/s", fmt(ratio(emit, pgq)), "≥ 1.00", ratio(emit, pgq) >= 1.00)
-        else:
-            row(f"1 emit cost, {sc}: outbox.emit() vs bare INSERT", f"{fmt(emit)} tx/s",
-                f"{fmt(bare)} tx/s", fmt(ratio(emit, bare)), "near 1", None)
-            row(f"1 emit cost, {sc}: outbox.emit() vs pgq.insert_event()", f"{fmt(emit)} tx/s",
-                f"{fmt(pgq)} tx/s", fmt(ratio(emit, pgq)), "near 1", None)
+    if "emit.off.outbox" in r:
+        for mode in ("off", "on"):
+            emit, bare, pgq, none = (num(r, f"emit.{mode}.{v}") for v in ("outbox", "bare", "pgq", "none"))
+            sc = f"synchronous_commit={mode}"
+            row(f"1 emit cost, {sc}: business row alone", f"{fmt(none)} tx/s", "", "", "(for scale)", None)
+            if mode == "off":
+                row(f"1 emit cost, {sc}: outbox.emit() vs bare INSERT", f"{fmt(emit)} tx/s",
+                    f"{fmt(bare)} tx/s", fmt(ratio(emit, bare)), "≥ 0.90", ratio(emit, bare) >= 0.90)
+                row(f"1 emit cost, {sc}: outbox.emit() vs pgq.insert_event()", f"{fmt(emit)} tx/s",
+                    f"{fmt(pgq)} tx/s", fmt(ratio(emit, pgq)), "≥ 1.00", ratio(emit, pgq) >= 1.00)
+            else:
+                row(f"1 emit cost, {sc}: outbox.emit() vs bare INSERT", f"{fmt(emit)} tx/s",
+                    f"{fmt(bare)} tx/s", fmt(ratio(emit, bare)), "near 1", None)
+                row(f"1 emit cost, {sc}: outbox.emit() vs pgq.insert_event()", f"{fmt(emit)} tx/s",
+                    f"{fmt(pgq)} tx/s", fmt(ratio(emit, pgq)), "near 1", None)
 
     # 2. Relay throughput
-    thr, wrk = num(r, "throughput.rate"), num(r, "wrk.rate")
-    row(f"2 relay throughput, {int(num(r, 'throughput.deliveries')):,} events, 1 endpoint",
-        f"{fmt(thr)}/s (relay CPU {num(r, 'throughput.relay_cpu'):.0%}, "
-        f"senders {num(r, 'throughput.senders_cpu'):.0%})",
-        f"wrk {fmt(wrk)}/s", fmt(ratio(thr, wrk)), "≥ 0.30", ratio(thr, wrk) >= 0.30)
-    if "throughput.rounds" in r:
-        row("2 relay throughput: each round (the median counts)",
-            ", ".join(f"{fmt(float(x))}/s" for x in r["throughput.rounds"].split(",")),
-            "wrk " + ", ".join(f"{fmt(float(x))}/s" for x in r["wrk.rounds"].split(",")),
-            "", "", None)
-    alone = num(r, "alone.rate")
-    if alone == alone:
-        row("2 relay throughput, the relay sending alone (outbox.senders = 0)",
-            f"{fmt(alone)}/s (relay CPU {num(r, 'alone.relay_cpu'):.0%})",
-            f"wrk {fmt(wrk)}/s", fmt(ratio(alone, wrk)), "(for scale)", None)
+    if "throughput.rate" in r:
+        wrk = num(r, "wrk.rate")
+        row(f"2 relay throughput, {int(num(r, 'throughput.deliveries')):,} events, 1 endpoint",
+            f"{fmt(thr)}/s (relay CPU {num(r, 'throughput.relay_cpu'):.0%}, "
+            f"senders {num(r, 'throughput.senders_cpu'):.0%})",
+            f"wrk {fmt(wrk)}/s", fmt(ratio(thr, wrk)), "≥ 0.30", ratio(thr, wrk) >= 0.30)
+        if "throughput.rounds" in r:
+            row("2 relay throughput: each round (the median counts)",
+                ", ".join(f"{fmt(float(x))}/s" for x in r["throughput.rounds"].split(",")),
+                "wrk " + ", ".join(f"{fmt(float(x))}/s" for x in r["wrk.rounds"].split(",")),
+                "", "", None)
+        alone = num(r, "alone.rate")
+        if alone == alone:
+            row("2 relay throughput, the relay sending alone (outbox.senders = 0)",
+                f"{fmt(alone)}/s (relay CPU {num(r, 'alone.relay_cpu'):.0%})",
+                f"wrk {fmt(wrk)}/s", fmt(ratio(alone, wrk)), "(for scale)", None)
 
     # 3. Latency
-    p50, p99 = num(r, "latency.p50_ms"), num(r, "latency.p99_ms")
-    arrived = f"{int(num(r, 'latency.arrived')):,}/{int(num(r, 'latency.sent')):,} arrived"
-    row("3 latency commit→arrival, p50", f"{fmt(p50)} ms", arrived, "", "< 5 ms", p50 < 5)
-    row("3 latency commit→arrival, p99", f"{fmt(p99)} ms",
-        f"p90 {fmt(num(r, 'latency.p90_ms'))} ms, max {fmt(num(r, 'latency.max_ms'))} ms", "",
-        "< 50 ms", p99 < 50)
+    if "latency.p50_ms" in r:
+        p50, p99 = num(r, "latency.p50_ms"), num(r, "latency.p99_ms")
+        arrived = f"{int(num(r, 'latency.arrived')):,}/{int(num(r, 'latency.sent')):,} arrived"
+        row("3 latency commit→arrival, p50", f"{fmt(p50)} ms", arrived, "", "< 5 ms", p50 < 5)
+        row("3 latency commit→arrival, p99", f"{fmt(p99)} ms",
+            f"p90 {fmt(num(r, 'latency.p90_ms'))} ms, max {fmt(num(r, 'latency.max_ms'))} ms", "",
+            "< 50 ms", p99 < 50)
 
     # 4. Scale
-    small, large = num(r, "scale_small.rate"), num(r, "scale_large.rate")
-    timed_out = r.get("scale_large.timed_out") == "1"
-    row(f"4 scale: {int(num(r, 'scale_large.deliveries')):,} waiting vs "
-        f"{int(num(r, 'scale_small.deliveries')):,}",
-        f"{fmt(large)}/s" + (" (timed out)" if timed_out else ""), f"{fmt(small)}/s",
-        fmt(ratio(large, small)), "≥ 0.80", ratio(large, small) >= 0.80)
-    before, after = num(r, "scale_before.size_bytes"), num(r, "scale_retained.size_bytes")
-    rot_before, rot_after = num(r, "scale_before.rotated_bytes"), num(r, "scale_retained.rotated_bytes")
-    row("4 scale: outbox tables' size after delivery and retention (periods of 2 s)",
-        f"{fmt(after / 2**20)} MB after {fmt(num(r, 'scale_retention.seconds'))} s: rotated partitions "
-        f"{fmt(rot_after / 2**10)} kB, the rest {fmt((after - rot_after) / 2**10)} kB "
-        f"(peak backlog {fmt(num(r, 'scale_emitted.size_bytes') / 2**20)} MB)",
-        f"{fmt(before / 2**20)} MB at start: {fmt(rot_before / 2**10)} kB, "
-        f"{fmt((before - rot_before) / 2**10)} kB", fmt(ratio(after, before)), "≤ 1.10",
-        ratio(after, before) <= 1.10)
-    dead = num(r, "scale_after.dead_tuples")
-    row("4 scale: dead tuples in outbox tables after delivery", f"{fmt(dead)}",
-        r.get("scale_after.dead_detail", ""), "", "no pile-up (< 1% of events)",
-        dead < 0.01 * num(r, "scale_large.deliveries"))
-    seq = r.get("scale.seqscans", "n/a")
-    row("4 scale: sequential scans of events/attempt_log while delivering", seq, "", "", "none",
-        seq == "none")
+    if "scale_large.rate" in r:
+        small, large = num(r, "scale_small.rate"), num(r, "scale_large.rate")
+        timed_out = r.get("scale_large.timed_out") == "1"
+        row(f"4 scale: {int(num(r, 'scale_large.deliveries')):,} waiting vs "
+            f"{int(num(r, 'scale_small.deliveries')):,}",
+            f"{fmt(large)}/s" + (" (timed out)" if timed_out else ""), f"{fmt(small)}/s",
+            fmt(ratio(large, small)), "≥ 0.80", ratio(large, small) >= 0.80)
+        before, after = num(r, "scale_before.size_bytes"), num(r, "scale_retained.size_bytes")
+        rot_before, rot_after = num(r, "scale_before.rotated_bytes"), num(r, "scale_retained.rotated_bytes")
+        row("4 scale: outbox tables' size after delivery and retention (periods of 2 s)",
+            f"{fmt(after / 2**20)} MB after {fmt(num(r, 'scale_retention.seconds'))} s: rotated partitions "
+            f"{fmt(rot_after / 2**10)} kB, the rest {fmt((after - rot_after) / 2**10)} kB "
+            f"(peak backlog {fmt(num(r, 'scale_emitted.size_bytes') / 2**20)} MB)",
+            f"{fmt(before / 2**20)} MB at start: {fmt(rot_before / 2**10)} kB, "
+            f"{fmt((before - rot_before) / 2**10)} kB", fmt(ratio(after, before)), "≤ 1.10",
+            ratio(after, before) <= 1.10)
+        dead = num(r, "scale_after.dead_tuples")
+        row("4 scale: dead tuples in outbox tables after delivery", f"{fmt(dead)}",
+            r.get("scale_after.dead_detail", ""), "", "no pile-up (< 1% of events)",
+            dead < 0.01 * num(r, "scale_large.deliveries"))
+        seq = r.get("scale.seqscans", "n/a")
+        row("4 scale: sequential scans of events/attempt_log while delivering", seq, "", "", "none",
+            seq == "none")
 
     # 5. Fan-out
-    fan = num(r, "fanout.rate")
-    row(f"5 fan-out, {int(num(r, 'fanout.deliveries')):,} deliveries to 16 endpoints",
-        f"{fmt(fan)}/s total", f"case 2 {fmt(thr)}/s", fmt(ratio(fan, thr)), "≥ 0.80",
-        ratio(fan, thr) >= 0.80)
+    if "fanout.rate" in r:
+        fan = num(r, "fanout.rate")
+        row(f"5 fan-out, {int(num(r, 'fanout.deliveries')):,} deliveries to 16 endpoints",
+            f"{fmt(fan)}/s total", f"case 2 {fmt(thr)}/s", fmt(ratio(fan, thr)), "≥ 0.80",
+            ratio(fan, thr) >= 0.80)
 
     # 6. Isolation
-    for kind, what in (("failing", "answering 503"), ("hanging", "never answering")):
-        h = num(r, f"isolation_{kind}.rate")
-        row(f"6 isolation, one endpoint {what}: healthy endpoint", f"{fmt(h)}/s",
-            f"case 2 {fmt(thr)}/s", fmt(ratio(h, thr)), "≥ 0.90", ratio(h, thr) >= 0.90)
-        attempts, events = num(r, f"isolation_{kind}.bad_attempts"), num(r, f"isolation_{kind}.bad_events")
-        window = num(r, f"isolation_{kind}.seconds")
-        allowed = max_attempts_within(window)
-        row(f"6 isolation, one endpoint {what}: its attempts meanwhile",
-            f"{attempts:,.0f} attempts of {events:,.0f} events",
-            f"schedule allows {allowed} per event in {fmt(window)} s", fmt(ratio(attempts, events)),
-            f"≤ {allowed} per event", ratio(attempts, events) <= allowed)
+    if "isolation_failing.rate" in r:
+        for kind, what in (("failing", "answering 503"), ("hanging", "never answering")):
+            h = num(r, f"isolation_{kind}.rate")
+            row(f"6 isolation, one endpoint {what}: healthy endpoint", f"{fmt(h)}/s",
+                f"case 2 {fmt(thr)}/s", fmt(ratio(h, thr)), "≥ 0.90", ratio(h, thr) >= 0.90)
+            attempts, events = num(r, f"isolation_{kind}.bad_attempts"), num(r, f"isolation_{kind}.bad_events")
+            window = num(r, f"isolation_{kind}.seconds")
+            allowed = max_attempts_within(window)
+            row(f"6 isolation, one endpoint {what}: its attempts meanwhile",
+                f"{attempts:,.0f} attempts of {events:,.0f} events",
+                f"schedule allows {allowed} per event in {fmt(window)} s", fmt(ratio(attempts, events)),
+                f"≤ {allowed} per event", ratio(attempts, events) <= allowed)
 
     # 7. Memory
     for label, what in (("scale_large", "1,000,000 waiting (case 4)"), ("memory_big", "100 MB responses")):
+        if f"{label}.rssanon_peak_kb" not in r:
+            continue
         anon = num(r, f"{label}.rssanon_peak_kb") / 1024
         row(f"7 relay memory, {what}", f"RssAnon peak {fmt(anon)} MB",
             f"VmHWM {fmt(num(r, f'{label}.vmhwm_kb') / 1024)} MB (incl. shared buffers touched)", "",
             "bounded (private < 100 MB)", anon < 100)
+
+    build_rows_issue11(r, row)
     return rows
+
+
+def rate_and_cpu(r, label):
+    """A delivery run's rate, flagged if it was cut short, with the relay's CPU
+    and its peak private memory (RssAnon)."""
+    flags = ""
+    if r.get(f"{label}.timed_out") == "1":
+        flags += ", timed out"
+    if r.get(f"{label}.ran_out") == "1":
+        flags += ", backlog ran out"
+    return (f"{fmt(num(r, f'{label}.rate'))}/s (relay CPU {num(r, f'{label}.relay_cpu'):.0%}, "
+            f"private {fmt(num(r, f'{label}.rssanon_peak_kb') / 1024)} MB{flags})")
+
+
+def build_rows_issue11(r, row):
+    """Cases 8 to 13, run at the server's default relay settings."""
+    one = num(r, "one.rate")
+
+    # 8. One endpoint at default settings
+    if "one.rate" in r:
+        wrk = num(r, "one_wrk.rate")
+        row(f"8 one endpoint at default settings, {int(num(r, 'one.deliveries')):,} events",
+            rate_and_cpu(r, "one"), f"wrk {fmt(wrk)}/s", fmt(ratio(one, wrk)), "≥ 0.30",
+            ratio(one, wrk) >= 0.30)
+        row("8 one endpoint at default settings: each round (the median counts)",
+            ", ".join(f"{fmt(float(x))}/s" for x in r["one.rounds"].split(",")),
+            "wrk " + ", ".join(f"{fmt(float(x))}/s" for x in r["one_wrk.rounds"].split(",")),
+            "", "", None)
+
+    # 9. Many endpoints, each with its own event type
+    for label, target in (("many_small", 0.8), ("many_large", 0.5)):
+        if f"{label}.rate" not in r:
+            continue
+        rate = num(r, f"{label}.rate")
+        row(f"9 {int(num(r, f'{label}.endpoints')):,} endpoints, each with its own event type, "
+            f"{int(num(r, f'{label}.deliveries')):,} deliveries",
+            rate_and_cpu(r, label), f"case 8 {fmt(one)}/s", fmt(ratio(rate, one)),
+            f"≥ {target:.2f}", ratio(rate, one) >= target)
+
+    # 10. Idle endpoints beside busy ones
+    if "idle_beside.rate" in r:
+        beside, alone = num(r, "idle_beside.rate"), num(r, "idle_alone.rate")
+        row(f"10 {int(num(r, 'idle_alone.endpoints'))} endpoints getting events among "
+            f"{int(num(r, 'idle_beside.endpoints')):,} defined",
+            rate_and_cpu(r, "idle_beside"), f"alone {rate_and_cpu(r, 'idle_alone')}",
+            fmt(ratio(beside, alone)), "≥ 0.90", ratio(beside, alone) >= 0.90)
+
+    # 11. A receiver that answers late
+    ceiling = num(r, "slow_wrk.rate")
+    for label, target in (("slow_small", 4000), ("slow_large", 5000)):
+        if f"{label}.rate" not in r:
+            continue
+        rate = num(r, f"{label}.rate")
+        row(f"11 {int(num(r, f'{label}.endpoints')):,} endpoints, receiver answering after "
+            f"{int(num(r, 'slow.delay_ms'))} ms, over {fmt(num(r, f'{label}.seconds'))} s",
+            rate_and_cpu(r, label) + f"; connections open at the end: {int(num(r, f'{label}.connections')):,}",
+            f"receiver's ceiling: wrk, 2,000 connections, {fmt(ceiling)}/s", fmt(ratio(rate, ceiling)),
+            f"≥ {target:,}/s", rate >= target)
+    if "slow_large.rate" in r:
+        anon = num(r, "slow_large.rssanon_peak_kb") / 1024
+        row(f"11 relay memory, {int(num(r, 'slow_large.endpoints')):,} endpoints answering after "
+            f"{int(num(r, 'slow.delay_ms'))} ms", f"RssAnon peak {fmt(anon)} MB",
+            f"VmHWM {fmt(num(r, 'slow_large.vmhwm_kb') / 1024)} MB (incl. shared buffers touched)", "",
+            "private < 256 MB", anon < 256)
+
+    # 12. Endpoints that never answer among healthy ones
+    if "hang_beside.rate" in r:
+        beside, alone = num(r, "hang_beside.rate"), num(r, "hang_alone.rate")
+        bad = int(num(r, "hang_beside.bad_endpoints"))
+        row(f"12 {int(num(r, 'hang_alone.endpoints')):,} endpoints beside {bad} never answering "
+            f"(timeout {r.get('hang_beside.timeout', '?').replace('_', ' ')})",
+            rate_and_cpu(r, "hang_beside") + f"; {int(num(r, 'hang_beside.bad_attempts')):,} attempts "
+            f"to the {bad}", f"alone {rate_and_cpu(r, 'hang_alone')}",
+            fmt(ratio(beside, alone)), "≥ 0.90", ratio(beside, alone) >= 0.90)
+
+    # 13. HTTPS
+    if "tls_http.rate" in r:
+        http = num(r, "tls_http.rate")
+        https = num(r, "tls_https.rate")
+        row(f"13 one endpoint over HTTPS (HTTP/1.1, kept alive), {int(num(r, 'tls_https.deliveries')):,} "
+            f"events, median of {len(r['tls_https.rounds'].split(','))} rounds",
+            rate_and_cpu(r, "tls_https"), f"plain HTTP {rate_and_cpu(r, 'tls_http')}",
+            fmt(ratio(https, http)), "(what TLS costs)", None)
 
 
 def table(rows):
@@ -188,6 +285,8 @@ def main():
     ap.add_argument("--results", required=True)
     ap.add_argument("--work", required=True)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--partial", action="store_true",
+                    help="some cases only: write RESULTS.partial.md, no plots")
     args = ap.parse_args()
     r = load(args.results)
     rows = build_rows(r)
@@ -196,7 +295,11 @@ def main():
 
     env = (f"{r.get('env.cores')} cores ({r.get('env.cpu', '?').replace('_', ' ')}), "
            f"PostgreSQL {r.get('env.pg_version')}, outbox {r.get('env.git', '?')}, "
-           f"relay settings {r.get('env.settings')}; whole run {r.get('env.seconds')} s")
+           f"relay settings {r.get('env.settings')}"
+           + (f" for cases 1 to 7 and the server's defaults ({r['env.default_settings']}) for 8 to 13"
+              if "env.default_settings" in r else "")
+           + f"; whole run {r.get('env.seconds')} s")
+    times = ", ".join(f"{k[5:]} {v} s" for k, v in r.items() if k.startswith("time."))
     text = table(rows)
     print()
     print(env)
@@ -204,16 +307,25 @@ def main():
     print(f"\n{met} targets met, {len(missed)} missed")
     checks = sorted((k[6:], v) for k, v in r.items() if k.startswith("check."))
 
-    with open(os.path.join(args.out, "RESULTS.md"), "w") as f:
+    name = "RESULTS.partial.md" if args.partial else "RESULTS.md"
+    command = "bash bench/run.sh"
+    if args.partial:
+        command = f'BENCH_CASES="{r.get("env.cases", "").replace(",", " ")}" {command}'
+    with open(os.path.join(args.out, name), "w") as f:
         f.write("# Benchmark results\n\n")
-        f.write(f"Written by `bash bench/run.sh` on {datetime.date.today()}: {env}.\n")
-        f.write("Ratios compare figures measured in this run; the targets are issue 5's.\n\n")
+        f.write(f"Written by `{command}` on {datetime.date.today()}: {env}.\n")
+        f.write("Ratios compare figures measured in this run; the targets are issue 5's (cases 1 to 7) "
+                "and issue 11's (cases 8 to 13).\n\n")
         f.write(text + "\n\n")
         f.write(f"{met} targets met, {len(missed)} missed.\n\n")
+        f.write(f"Wall time per case: {times}.\n\n")
         f.write("Deliveries checked in the attempt log (2xx received / owed): " +
-                ", ".join(f"{k} {v}" for k, v in checks) + ".\n\n")
-        f.write("![emit cost](emit.png)\n\n![relay throughput](relay.png)\n\n"
-                "![latency CDF](latency.png)\n")
+                ", ".join(f"{k} {v}" for k, v in checks) + ".\n")
+        if not args.partial:
+            f.write("\n![emit cost](emit.png)\n\n![relay throughput](relay.png)\n\n"
+                    "![latency CDF](latency.png)\n")
+    if args.partial:
+        return
 
     write_plot_data(r, args.work)
     subprocess.run(["gnuplot", "-e", f"dir='{args.work}'; out='{args.out}'",

@@ -47,9 +47,12 @@ SELECT p.endpoint_id,
        CASE WHEN p.follows THEN s.snap ELSE p.snap END AS snap,
        CASE WHEN p.follows THEN s.next_snap ELSE p.next_snap END AS next_snap,
        CASE WHEN p.follows THEN s.after_id ELSE p.after_id END AS after_id,
-       p.follows
+       p.follows,
+       CASE WHEN p.follows THEN s.updated_at ELSE p.updated_at END AS updated_at
   FROM outbox.positions p
-  LEFT JOIN outbox.stream s ON p.follows;
+  -- (s.singleton: an index condition, so that the callers that turn
+  -- sequential scans off do not plan around a "disabled" scan of it)
+  LEFT JOIN outbox.stream s ON s.singleton AND p.follows;
 COMMENT ON VIEW outbox._positions IS 'internal: each endpoint''s position, its own or the stream''s';
 
 -- Does snapshot a see every transaction that b sees?  (a was taken after
@@ -68,7 +71,10 @@ COMMENT ON FUNCTION outbox._snap_contains(pg_snapshot, pg_snapshot) IS
     'internal: whether snapshot a sees every transaction snapshot b sees';
 
 -- The stream's row, made at the current snapshot if there is none yet, and
--- locked for the caller's transaction.
+-- locked for the caller's transaction.  None (NULL) while positions from
+-- another cluster wait for the stream's row of a restore still loading
+-- (pg_restore loads outbox.positions before outbox.stream): _rebase
+-- translates both once it is there.
 CREATE FUNCTION outbox._stream_row() RETURNS outbox.stream
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -77,7 +83,10 @@ DECLARE
     st outbox.stream;
 BEGIN
     SELECT * INTO st FROM outbox.stream FOR UPDATE;
-    IF NOT FOUND THEN
+    IF NOT FOUND AND EXISTS (SELECT 1 FROM outbox.positions p
+                              WHERE p.system_identifier <> outbox._system_identifier()) THEN
+        RETURN NULL;
+    ELSIF NOT FOUND THEN
         INSERT INTO outbox.stream (snap) VALUES (pg_current_snapshot())
         ON CONFLICT (singleton) DO NOTHING;
         SELECT * INTO st FROM outbox.stream FOR UPDATE;
@@ -106,6 +115,9 @@ DECLARE
     nxt pg_snapshot;
     lo  bigint;
 BEGIN
+    IF st.snap IS NULL THEN
+        RETURN;
+    END IF;
     -- At most twice: an open batch found empty is closed, then a new one
     -- is opened from the current snapshot.
     FOR attempt IN 1..2 LOOP
@@ -192,6 +204,9 @@ AS $$
         UPDATE outbox.positions p SET follows = true, updated_at = now()
           FROM st
          WHERE p.endpoint_id = ANY (candidates) AND NOT p.follows
+           -- (a row a concurrent drop_endpoint() holds is left alone)
+           AND p.endpoint_id IN (SELECT q.endpoint_id FROM outbox.positions q
+                                  WHERE q.endpoint_id = ANY (candidates) FOR UPDATE SKIP LOCKED)
            AND p.snap::text = st.snap::text
            AND p.next_snap::text IS NOT DISTINCT FROM st.next_snap::text
            AND (p.next_snap IS NULL OR p.after_id = st.after_id)
@@ -409,14 +424,19 @@ BEGIN
     -- Only failures and deferrals get rows.  The event is in outbox.events,
     -- or in outbox.delayed once rotation set it aside.
     IF EXISTS (SELECT 1 FROM unnest(outcomes) o WHERE o.outcome IN ('retry', 'deferred')) THEN
+    -- One row per endpoint and event: its page and its due retries may both
+    -- hold an event (replay() queues events a position has not passed), and
+    -- an upsert may not touch a row twice.  The latest attempt wins.
     INSERT INTO outbox.retries AS r (endpoint_id, id, event_id, key, attempts, next_at, last_status, last_error)
-    SELECT o.endpoint_id, o.id, o.event_id, e.key, o.attempt, o.next_at, o.status, o.error
+    SELECT DISTINCT ON (o.endpoint_id, o.id)
+           o.endpoint_id, o.id, o.event_id, e.key, o.attempt, o.next_at, o.status, o.error
       FROM unnest(outcomes) o
       CROSS JOIN LATERAL (SELECT ev.key FROM outbox.events ev WHERE ev.id = o.id
                           UNION ALL
                           SELECT d.key FROM outbox.delayed d WHERE d.id = o.id
                           LIMIT 1) e
      WHERE o.outcome IN ('retry', 'deferred') AND o.endpoint_id = ANY (held)
+     ORDER BY o.endpoint_id, o.id, o.attempt DESC
     ON CONFLICT (endpoint_id, id) DO UPDATE
        SET attempts = EXCLUDED.attempts, next_at = EXCLUDED.next_at,
            last_status = EXCLUDED.last_status, last_error = EXCLUDED.last_error;
@@ -425,7 +445,8 @@ BEGIN
     IF EXISTS (SELECT 1 FROM unnest(outcomes) o WHERE o.outcome = 'dead') THEN
     INSERT INTO outbox.dead_letter_log AS d (endpoint_id, id, event_id, event_type, payload, key, headers,
                                              created_at, attempts, last_status, last_error)
-    SELECT o.endpoint_id, o.id, e.event_id, e.event_type, e.payload, e.key, e.headers, e.created_at,
+    SELECT DISTINCT ON (o.endpoint_id, o.id)
+           o.endpoint_id, o.id, e.event_id, e.event_type, e.payload, e.key, e.headers, e.created_at,
            o.attempt, o.status, o.error
       FROM unnest(outcomes) o
       CROSS JOIN LATERAL (SELECT ev.event_id, ev.event_type, ev.payload, ev.key, ev.headers, ev.created_at
@@ -435,6 +456,7 @@ BEGIN
                             FROM outbox.delayed dl WHERE dl.id = o.id
                           LIMIT 1) e
      WHERE o.outcome = 'dead' AND o.endpoint_id = ANY (held)
+     ORDER BY o.endpoint_id, o.id, o.attempt DESC
     ON CONFLICT (endpoint_id, id) DO UPDATE
        SET attempts = EXCLUDED.attempts, last_status = EXCLUDED.last_status,
            last_error = EXCLUDED.last_error, dead_at = now();
@@ -630,6 +652,13 @@ BEGIN
        AND NOT EXISTS (SELECT 1 FROM outbox.stream s WHERE s.system_identifier <> here) THEN
         RETURN;
     END IF;
+    -- Restored positions that follow the stream wait for its restored row
+    -- (loaded after them when the restore is not one transaction): its
+    -- trigger rebases them all then.
+    IF EXISTS (SELECT 1 FROM outbox.positions p WHERE p.system_identifier <> here AND p.follows)
+       AND NOT EXISTS (SELECT 1 FROM outbox.stream s WHERE s.system_identifier <> here) THEN
+        RETURN;
+    END IF;
     INSERT INTO outbox.retries (endpoint_id, id, event_id, key, attempts, next_at)
     SELECT p.endpoint_id, e.id, e.event_id, e.key, 0, greatest(now(), e.deliver_at)
       FROM outbox._positions p
@@ -666,11 +695,14 @@ CREATE CONSTRAINT TRIGGER stream_restored AFTER INSERT ON outbox.stream
 COMMENT ON TRIGGER stream_restored ON outbox.stream IS
     'at commit, rebase a stream position that a restore brought from another cluster';
 
+-- (jit off: with sequential scans off its costs pass jit_above_cost, and
+-- compiling took 400 ms of a health() check that runs in milliseconds)
 CREATE OR REPLACE FUNCTION outbox.rotation_holds()
 RETURNS TABLE (holder text, detail text)
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off
+SET jit = off
 AS $$
     WITH nxt AS (
         SELECT ((r.slot + 1) % 3)::smallint AS s

@@ -95,7 +95,8 @@ def delivered_in_log(cur, wait):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--resume", required=True, help="endpoints to resume, comma-separated")
+    ap.add_argument("--resume", required=True, help="endpoints to resume, comma-separated (may be empty)")
+    ap.add_argument("--commit", help="a prepared transaction holding the backlog: committed at the start")
     ap.add_argument("--wait", required=True, help="endpoints to wait for, comma-separated")
     ap.add_argument("--events", type=int, required=True, help="events each waited endpoint is owed")
     ap.add_argument("--label", required=True)
@@ -110,11 +111,21 @@ def main():
     conn = psycopg2.connect("")
     conn.autocommit = True
     cur = conn.cursor()
-    resume = expand(cur, args.resume.split(","))
+    resume = expand(cur, [r for r in args.resume.split(",") if r])
     wait = expand(cur, args.wait.split(","))
     total = args.events * len(wait)
-    cur.execute("SELECT max(txid)::text, min(id) FROM outbox.events WHERE event_type LIKE 'bench.%'")
-    last_txid, first_id = cur.fetchone()
+    if args.commit:
+        # The prepared backlog's transaction: its events are not visible yet.
+        cur.execute("SELECT transaction::text FROM pg_prepared_xacts WHERE gid = %s", (args.commit,))
+        (xid,) = cur.fetchone()
+        cur.execute("SELECT (pg_current_xact_id()::text::bigint & ~((1::bigint << 32) - 1)"
+                    " | %s::bigint)::text::xid8::text", (xid,))
+        (last_txid,) = cur.fetchone()
+        conn.rollback()
+        first_id = None
+    else:
+        cur.execute("SELECT max(txid)::text, min(id) FROM outbox.events WHERE event_type LIKE 'bench.%'")
+        last_txid, first_id = cur.fetchone()
     pid = relay_pid(cur)
     if pid is None:
         sys.exit("deliver.py: the relay is not running")
@@ -126,6 +137,11 @@ def main():
     senders_cpu0 = sum(cpu_seconds(p) for p in senders)
     busy0, all0 = machine_busy()
 
+    if args.commit:
+        cur.execute(f"COMMIT PREPARED '{args.commit}'")
+        cur.execute("SELECT outbox.emit('wake.relay', '{}')")
+        cur.execute("SELECT min(id) FROM outbox.events WHERE event_type LIKE 'bench.%'")
+        (first_id,) = cur.fetchone()
     conn.autocommit = False
     cur.execute("SELECT outbox.resume_endpoint(n) FROM unnest(%s::text[]) n", (resume,))
     cur.execute("SELECT outbox.emit('wake.relay', '{}')")
@@ -173,7 +189,7 @@ def main():
                                      WHEN p.next_snap IS NOT NULL AND p.after_id >= %s
                                      THEN p.after_id - %s + 1 ELSE 0 END), 0)::bigint,
                    max(p.updated_at)
-              FROM outbox.positions p JOIN outbox.endpoints e ON e.id = p.endpoint_id
+              FROM outbox._positions p JOIN outbox.endpoints e ON e.id = p.endpoint_id
              WHERE e.name = ANY (%s)""",
                     (last_txid, last_txid, args.events, first_id, first_id, wait))
         done, delivered, last_update = cur.fetchone()

@@ -160,6 +160,7 @@ start_postgres()
 		port = $PGPORT
 		unix_socket_directories = '$WORK'
 		max_connections = 40
+		max_prepared_transactions = 4
 		shared_buffers = 1GB
 		max_wal_size = 8GB
 		checkpoint_timeout = 30min
@@ -281,6 +282,36 @@ emit_backlog()
 		[ "$n" -ge 500000 ] && log "  emitted $last/$n"
 	done
 	log "  emitted $n events${2:+ of $2 types} in $((SECONDS - t)) s"
+}
+
+# follow_stream PREFIX COUNT: wait until COUNT endpoints named PREFIX...
+# follow the relay's stream (DESIGN.md, "The stream"): new endpoints start
+# on their own and follow it once they are where it is, which events
+# nobody subscribes to bring about.
+follow_stream()
+{
+	local t=$SECONDS
+
+	for _ in $(seq 600); do
+		[ "$(sql "SELECT count(*) FROM outbox.positions p JOIN outbox.endpoints e ON e.id = p.endpoint_id
+		          WHERE p.follows AND starts_with(e.name, '$1')")" -ge "$2" ] && break
+		sql "SELECT outbox.emit('warm.up', '{}')" >/dev/null
+		sleep 0.1
+	done
+	log "  $2 endpoints $1* follow the stream after $((SECONDS - t)) s"
+}
+
+# emit_prepared N TYPES: N events of TYPES event types in one transaction,
+# prepared and not committed: deliver --commit makes them visible at once
+# to endpoints that keep following the stream meanwhile (pausing them would
+# make each catch up on its own).
+emit_prepared()
+{
+	local t=$SECONDS
+
+	psql_q -v first=1 -v last="$1" -v types="$2" -c "BEGIN" -f "$BENCH/sql/backlog_types.sql" \
+		-c "PREPARE TRANSACTION 'bench_backlog'" >/dev/null
+	log "  emitted $1 events of $2 types in $((SECONDS - t)) s, prepared"
 }
 
 # deliver LABEL RESUME WAIT EVENTS [TIMEOUT [deliver.py options]]: resume
@@ -776,9 +807,10 @@ case_many_endpoints()
 		per=$((MANY_EVENTS / n))
 		log "case 9: $n endpoints, each with its own event type, $per events each, receiver answering at once"
 		fresh_outbox
-		new_endpoints many 1 "$n" "http://127.0.0.1:$NGINX_PORT/many" bench.e
-		emit_backlog $((per * n)) "$n"
-		deliver "$label" 'many*' 'many*' "$per" "$MANY_TIMEOUT" --count-log
+		new_endpoints many 1 "$n" "http://127.0.0.1:$NGINX_PORT/many" bench.e "30 seconds" off
+		follow_stream many "$n"
+		emit_prepared $((per * n)) "$n"
+		deliver "$label" '' 'many*' "$per" "$MANY_TIMEOUT" --count-log --commit bench_backlog
 		result "$label.endpoints" "$n"
 		check_delivered_prefix many $((per * n))
 	done
@@ -800,11 +832,13 @@ case_idle_endpoints()
 			log "case 10: $busy endpoints alone, $per events each"
 		else
 			log "case 10: the same $busy endpoints beside $idle that get no events"
-			new_endpoints idle 1 "$idle" "http://127.0.0.1:$NGINX_PORT/idle" idle.e
+			new_endpoints idle 1 "$idle" "http://127.0.0.1:$NGINX_PORT/idle" idle.e "30 seconds" off
+			follow_stream idle "$idle"
 		fi
-		new_endpoints busy 1 "$busy" "http://127.0.0.1:$NGINX_PORT/busy" bench.e
-		emit_backlog $((per * busy)) "$busy"
-		deliver "$label" 'busy*,idle*' 'busy*' "$per" "$MANY_TIMEOUT" --count-log
+		new_endpoints busy 1 "$busy" "http://127.0.0.1:$NGINX_PORT/busy" bench.e "30 seconds" off
+		follow_stream busy "$busy"
+		emit_prepared $((per * busy)) "$busy"
+		deliver "$label" '' 'busy*' "$per" "$MANY_TIMEOUT" --count-log --commit bench_backlog
 		check_delivered_prefix busy $((per * busy))
 	done
 	result idle_beside.endpoints "$MANY_ENDPOINTS_LARGE"
@@ -836,9 +870,10 @@ case_slow_receiver()
 		log "case 11: $n endpoints on a receiver answering after $SLOW_DELAY_MS ms, $per events each;" \
 			"deliveries counted over $SLOW_SECONDS s after $SLOW_WARMUP s"
 		fresh_outbox
-		new_endpoints slow 1 "$n" "http://127.0.0.1:$SLOW_PORT/delay/$SLOW_DELAY_MS/slow" bench.e
-		emit_backlog $((per * n)) "$n"
-		deliver "$label" 'slow*' 'slow*' "$per" "$MANY_TIMEOUT" \
+		new_endpoints slow 1 "$n" "http://127.0.0.1:$SLOW_PORT/delay/$SLOW_DELAY_MS/slow" bench.e "30 seconds" off
+		follow_stream slow "$n"
+		emit_prepared $((per * n)) "$n"
+		deliver "$label" '' 'slow*' "$per" "$MANY_TIMEOUT" --commit bench_backlog \
 			--window "$SLOW_SECONDS" --warmup "$SLOW_WARMUP"
 		result "$label.endpoints" "$n"
 		result "$label.connections" "$(receiver_status open)"
@@ -867,12 +902,14 @@ case_hanging_endpoints()
 			log "case 12: the same $ok endpoints beside $bad never answering (timeout $HANG_TIMEOUT)"
 		fi
 		fresh_outbox
-		new_endpoints ok 1 "$ok" "http://127.0.0.1:$NGINX_PORT/ok" bench.e
+		new_endpoints ok 1 "$ok" "http://127.0.0.1:$NGINX_PORT/ok" bench.e "30 seconds" off
+		follow_stream ok "$ok"
 		if [ "$label" = hang_beside ]; then
-			new_endpoints hang $((ok + 1)) "$bad" "http://127.0.0.1:$SLOW_PORT/hang/" bench.e "$HANG_TIMEOUT"
+			new_endpoints hang $((ok + 1)) "$bad" "http://127.0.0.1:$SLOW_PORT/hang/" bench.e "$HANG_TIMEOUT" off
+			follow_stream hang "$bad"
 		fi
-		emit_backlog $((per * n)) "$n"
-		deliver "$label" 'ok*,hang*' 'ok*' "$per" "$MANY_TIMEOUT" --count-log
+		emit_prepared $((per * n)) "$n"
+		deliver "$label" '' 'ok*' "$per" "$MANY_TIMEOUT" --count-log --commit bench_backlog
 		result "$label.endpoints" "$ok"
 		check_delivered_prefix ok $((per * ok))
 	done

@@ -405,6 +405,7 @@ route_page(StreamPage *p)
 	char	  **check_keys;
 	bool	   *check_ordered;
 	Delivery  **check_d;
+	bool		verify_some = false;
 	TimestampTz now = GetCurrentTimestamp();
 
 	/* Count each endpoint's deliveries first: a part is one allocation. */
@@ -416,9 +417,14 @@ route_page(StreamPage *p)
 		{
 			RelayEndpoint *ep = eps[j];
 
-			if (!ep->follows || !ep->active)
+			if (!ep->follows)
 				continue;
-			if (ep->consecutive_failures >= CIRCUIT_FAILURES)
+			/*
+			 * One that may not receive now, fails without pause, or still has
+			 * a page of its own in flight (its row was made to follow by a
+			 * rebase) reads on its own from where the stream is.
+			 */
+			if (!ep->active || ep->consecutive_failures >= CIRCUIT_FAILURES || ep->page != NULL)
 			{
 				detach(ep);
 				continue;
@@ -432,7 +438,6 @@ route_page(StreamPage *p)
 		RelayEndpoint *ep = (RelayEndpoint *) lfirst(lc);
 		Batch	   *b = store_new_batch(ep, true, ep->routed, relay_cxt);
 
-		Assert(ep->page == NULL);
 		b->n = 0;
 		b->stream = p;
 		b->events = p;
@@ -473,9 +478,10 @@ route_page(StreamPage *p)
 			d->event_headers = e->headers;
 			d->n_event_headers = e->n_headers;
 			d->deliver_at = e->deliver_at;
+			verify_some |= b->ep->verify_page;
 			d->deferred = e->deliver_at != 0 && e->deliver_at > now;
 			d->attempt = d->deferred ? 0 : 1;
-			if (stream_verify || (b->ep->ordered && e->key != NULL))
+			if (stream_verify || b->ep->verify_page || (b->ep->ordered && e->key != NULL))
 			{
 				check_eids[nchecks] = b->ep->id;
 				check_events[nchecks] = &d->event_id;
@@ -493,7 +499,7 @@ route_page(StreamPage *p)
 		bool	   *blocked = palloc(sizeof(bool) * nchecks);
 
 		store_route_checks(nchecks, check_eids, check_events, check_keys, check_ordered,
-						   stream_verify, delivered, blocked);
+						   stream_verify || verify_some, delivered, blocked);
 		for (int i = 0; i < nchecks; i++)
 		{
 			Delivery   *d = check_d[i];
@@ -682,9 +688,19 @@ read_round(bool full)
 		}
 		if (stream_unconfirmed != NULL)
 		{
+			HASH_SEQ_STATUS seq;
+			RelayEndpoint *ep;
+
 			stream_unconfirmed->in_stream = false;
 			release_stream_page(stream_unconfirmed);
 			stream_unconfirmed = NULL;
+			/* route_page may have stopped half way: its scratch goes */
+			hash_seq_init(&seq, endpoints);
+			while ((ep = hash_seq_search(&seq)) != NULL)
+			{
+				ep->part = NULL;
+				ep->routed = 0;
+			}
 		}
 		/* The attaching did not commit either. */
 		foreach(lc, attached_now)
@@ -1263,7 +1279,7 @@ record_step(void *arg)
 {
 	RecordRound *r = (RecordRound *) arg;
 
-	r->nlocked = store_record(&r->set, &r->locked);
+	r->nlocked = store_record(&r->set, &r->locked, relay_cxt);
 	return r->nlocked == 0 ? STEP_DONE : STEP_DECLINED;
 }
 
@@ -1283,9 +1299,9 @@ batch_recorded(Batch *b)
 	RelayEndpoint *ep = b->ep;
 
 	outbox_count(RELAY_BATCHES, 1);
-	if (b->is_page && b->stream == NULL)
+	if (b->is_page)
 		ep->verify_page = false;
-	else if (!b->is_page)
+	else
 		ep->verify_due = false;
 
 	/*
@@ -1519,14 +1535,22 @@ record_round(void)
 		for (int j = 0; j < b->n; j++)
 			if (b->d[j].state == DELIVERY_DONE)
 				b->d[j].recorded = true;
-		/* Disabled now: read nothing more for it until resumed. */
+		/*
+		 * Disabled now: read nothing more for it until resumed, and stop
+		 * following the stream, which would carry it past its events.
+		 */
 		if (b->disable_reason != NULL)
+		{
+			detach(b->ep);
 			b->ep->active = false;
+		}
 		if (r.complete[i])
 			batch_recorded(b);
 	}
 	if (r.moves_stream && r.nlocked == 0)
 		stream_page_done(true);
+	if (r.locked != NULL)
+		pfree(r.locked);
 	ereport(DEBUG1,
 			(errmsg("outbox recorded %d batches", r.set.nbatches)));
 }

@@ -124,9 +124,12 @@ free_endpoint_strings(RelayEndpoint *ep)
 	ep->npatterns = 0;
 }
 
-/* The endpoint's event-type patterns (text[]), in current memory. */
+/*
+ * The endpoint's event-type patterns (text[]), copied into cxt; what
+ * deconstructing the array takes stays in the caller's (SPI's) memory.
+ */
 static void
-copy_patterns(RelayEndpoint *ep, Datum arr)
+copy_patterns(RelayEndpoint *ep, Datum arr, MemoryContext cxt)
 {
 	Datum	   *elems;
 	bool	   *nulls;
@@ -135,9 +138,9 @@ copy_patterns(RelayEndpoint *ep, Datum arr)
 	deconstruct_array(DatumGetArrayTypeP(arr), TEXTOID, -1, false, TYPALIGN_INT,
 					  &elems, &nulls, &n);
 	ep->npatterns = n;
-	ep->patterns = palloc(sizeof(char *) * Max(n, 1));
+	ep->patterns = MemoryContextAlloc(cxt, sizeof(char *) * Max(n, 1));
 	for (int i = 0; i < n; i++)
-		ep->patterns[i] = TextDatumGetCString(elems[i]);
+		ep->patterns[i] = MemoryContextStrdup(cxt, TextDatumGetCString(elems[i]));
 }
 
 /*
@@ -200,8 +203,8 @@ store_load_endpoints(HTAB *endpoints, MemoryContext cxt)
 		ep->name = pstrdup(col_text(tup, desc, 2));
 		ep->url = pstrdup(col_text(tup, desc, 3));
 		ep->headers = pstrdup(col_text(tup, desc, 4));
-		copy_patterns(ep, col_datum(tup, desc, 11, &isnull));
 		MemoryContextSwitchTo(old);
+		copy_patterns(ep, col_datum(tup, desc, 11, &isnull), cxt);
 		/*
 		 * The relay knows best whether an endpoint follows the stream: it
 		 * may have detached it without having recorded that yet.
@@ -520,9 +523,9 @@ store_read_stream(int limit, MemoryContext parent)
 	return p;
 }
 
-/* An int4[] result's elements, palloc'd; returns how many. */
+/* An int4[] result's elements, allocated in cxt; returns how many. */
 static int
-int_array(Datum arr, int **out)
+int_array(Datum arr, int **out, MemoryContext cxt)
 {
 	Datum	   *elems;
 	bool	   *nulls;
@@ -530,7 +533,7 @@ int_array(Datum arr, int **out)
 
 	deconstruct_array(DatumGetArrayTypeP(arr), INT4OID, 4, true, TYPALIGN_INT,
 					  &elems, &nulls, &n);
-	*out = palloc(sizeof(int) * Max(n, 1));
+	*out = MemoryContextAlloc(cxt, sizeof(int) * Max(n, 1));
 	for (int i = 0; i < n; i++)
 		(*out)[i] = DatumGetInt32(elems[i]);
 	return n;
@@ -613,7 +616,8 @@ store_attach(const int *candidates, int n, int **attached)
 	rc = SPI_execute_plan(plan, &arg, NULL, false, 0);
 	if (rc != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "attaching endpoints failed: %s", SPI_result_code_string(rc));
-	return int_array(col_datum(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull), attached);
+	return int_array(col_datum(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull), attached,
+					 CurrentMemoryContext);
 }
 
 /* The endpoints with retries due now; returns how many, their ids in *ids. */
@@ -629,7 +633,8 @@ store_due_endpoints(int **ids)
 	rc = SPI_execute_plan(plan, NULL, NULL, true, 0);
 	if (rc != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "finding due retries failed: %s", SPI_result_code_string(rc));
-	return int_array(col_datum(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull), ids);
+	return int_array(col_datum(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull), ids,
+					 CurrentMemoryContext);
 }
 
 /* The oid of a type of the extension's, by name. */
@@ -684,12 +689,13 @@ outcome_datum(TupleDesc td, const Delivery *d, const char *disable_reason)
  * set's batches that are not recorded yet, the pages whose positions move
  * and the endpoints that stop following the stream.  Returns how many
  * endpoints another transaction holds (a drop_endpoint() not yet
- * committed), their ids in *locked: nothing of theirs was recorded, and the
- * stream did not move.  The caller marks the rest recorded once the
+ * committed), their ids in *locked, allocated in locked_cxt (it outlives
+ * the step's transaction): nothing of theirs was recorded, and the stream
+ * did not move.  The caller marks the rest recorded once the
  * transaction committed.
  */
 int
-store_record(const RecordSet *set, int **locked)
+store_record(const RecordSet *set, int **locked, MemoryContext locked_cxt)
 {
 	static SPIPlanPtr plan = NULL;
 	Oid			outcome_type = outbox_type("outcome");
@@ -752,5 +758,6 @@ store_record(const RecordSet *set, int **locked)
 	rc = SPI_execute_plan(plan, args, NULL, false, 0);
 	if (rc != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "recording outcomes failed: %s", SPI_result_code_string(rc));
-	return int_array(col_datum(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull), locked);
+	return int_array(col_datum(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull), locked,
+					 locked_cxt);
 }

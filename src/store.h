@@ -58,6 +58,6 @@ extern int	store_attach(const int *candidates, int n, int **attached);
 extern int	store_due_endpoints(int **ids);
 extern Batch *store_read_page(RelayEndpoint *ep, int limit, MemoryContext parent);
 extern Batch *store_read_due(RelayEndpoint *ep, int limit, MemoryContext parent);
-extern int	store_record(const RecordSet *set, int **locked);
+extern int	store_record(const RecordSet *set, int **locked, MemoryContext locked_cxt);
 
 #endif							/* OUTBOX_STORE_H */

@@ -70,6 +70,25 @@ $$;
 COMMENT ON FUNCTION outbox._snap_contains(pg_snapshot, pg_snapshot) IS
     'internal: whether snapshot a sees every transaction snapshot b sees';
 
+-- The first id of the batch of events visible in upto and not in since, or
+-- NULL when there is none.  Through the txid index: ids are drawn before
+-- commit, so a batch can begin below ids already read.  (OFFSET 0 keeps
+-- min() from walking the id index instead.)  No SET clause, so that it is
+-- inlined; its callers pin search_path and turn sequential scans off.
+CREATE FUNCTION outbox._batch_first_id(since pg_snapshot, upto pg_snapshot) RETURNS bigint
+LANGUAGE sql STABLE
+AS $$
+    SELECT min(b.id)
+      FROM (SELECT e.id, e.txid FROM outbox.events e
+             WHERE e.txid OPERATOR(pg_catalog.>=) pg_catalog.pg_snapshot_xmin(since)
+               AND e.txid OPERATOR(pg_catalog.<) pg_catalog.pg_snapshot_xmax(upto)
+            OFFSET 0) b
+     WHERE pg_catalog.pg_visible_in_snapshot(b.txid, upto)
+       AND NOT pg_catalog.pg_visible_in_snapshot(b.txid, since)
+$$;
+COMMENT ON FUNCTION outbox._batch_first_id(pg_snapshot, pg_snapshot) IS
+    'internal: the first event id of the batch visible in one snapshot and not in an earlier one';
+
 -- The stream's row, made at the current snapshot if there is none yet, and
 -- locked for the caller's transaction.  None (NULL) while positions from
 -- another cluster wait for the stream's row of a restore still loading
@@ -126,12 +145,7 @@ BEGIN
             IF nxt::text = st.snap::text THEN
                 RETURN;
             END IF;
-            -- As _read_page: the batch's first id, through the txid index.
-            SELECT min(b.id) INTO lo
-              FROM (SELECT e.id, e.txid FROM outbox.events e
-                     WHERE e.txid >= pg_snapshot_xmin(st.snap) AND e.txid < pg_snapshot_xmax(nxt)
-                    OFFSET 0) b
-             WHERE pg_visible_in_snapshot(b.txid, nxt) AND NOT pg_visible_in_snapshot(b.txid, st.snap);
+            lo := outbox._batch_first_id(st.snap, nxt);
             -- Nothing new: an idle relay writes nothing.
             IF lo IS NULL THEN
                 RETURN;
@@ -268,11 +282,7 @@ BEGIN
                     RETURN;
                 END IF;
             END IF;
-            SELECT min(b.id) INTO lo
-              FROM (SELECT e.id, e.txid FROM outbox.events e
-                     WHERE e.txid >= pg_snapshot_xmin(pos.snap) AND e.txid < pg_snapshot_xmax(nxt)
-                    OFFSET 0) b
-             WHERE pg_visible_in_snapshot(b.txid, nxt) AND NOT pg_visible_in_snapshot(b.txid, pos.snap);
+            lo := outbox._batch_first_id(pos.snap, nxt);
             IF lo IS NULL THEN
                 -- Nothing between: a position bound for the stream's
                 -- snapshot moves there at once; otherwise an idle relay
@@ -981,6 +991,7 @@ COMMENT ON VIEW outbox.endpoint_status IS
 
 REVOKE ALL ON outbox.stream, outbox._positions FROM PUBLIC;
 REVOKE ALL ON FUNCTION outbox._snap_contains(pg_snapshot, pg_snapshot), outbox._stream_row(),
+    outbox._batch_first_id(pg_snapshot, pg_snapshot),
     outbox._read_stream(integer, bigint),
     outbox._route_checks(integer[], uuid[], text[], boolean[], boolean), outbox._attach(integer[]),
     outbox._due_endpoints(), outbox._record(outbox.outcome[], outbox.page_done[], integer[]) FROM PUBLIC;

@@ -22,6 +22,22 @@ use Test::More;
 use Time::HiRes qw(time usleep);
 
 my $n_types = 200;
+
+# Wait until an endpoint follows the stream again, emitting events nobody
+# subscribes to meanwhile (they move the stream, and its own position
+# after it).
+sub follows_again
+{
+	my ($name) = @_;
+	my $deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
+	while (time() < $deadline)
+	{
+		return 1 if sql("SELECT follows FROM outbox.positions WHERE endpoint_id = outbox._endpoint_id('$name')") eq 't';
+		sql("SELECT outbox.emit('warm.up', '{}')");
+		usleep(100_000);
+	}
+	return 0;
+}
 my $node = outbox_node('stream', conf => "outbox.poll_interval = '200ms'\n");
 my ($url, $log, $receiver) = start_receiver();
 
@@ -160,15 +176,7 @@ ok(wait_received($log, got_all('/e5', @slow)), 'once released, the slow endpoint
 ok($node->poll_query_until('postgres', 'SELECT deliveries_waiting = 0 FROM outbox.backlog'),
 	'nothing is waiting');
 # It follows again once it is where the stream is (events move the stream).
-$deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
-while (time() < $deadline)
-{
-	last if sql("SELECT follows FROM outbox.positions WHERE endpoint_id = outbox._endpoint_id('e5')") eq 't';
-	sql("SELECT outbox.emit('warm.up', '{}')");
-	usleep(100_000);
-}
-is(sql("SELECT follows FROM outbox.positions WHERE endpoint_id = outbox._endpoint_id('e5')"), 't',
-	'the slow endpoint follows the stream again');
+ok(follows_again('e5'), 'the slow endpoint follows the stream again');
 my $n5 = ids_at('/e5', received($log));
 is(scalar(grep { ($n5->{$_} // 0) != 1 } @slow), 0, 'each of its held events arrived once');
 
@@ -190,15 +198,7 @@ is(sql("SELECT events_waiting FROM outbox.endpoint_status WHERE name = 'e9'"), '
 	'its events wait for it');
 sql("SELECT outbox.resume_endpoint('e9')");
 ok(wait_received($log, got_all('/e9', @paused)), 'resumed, it gets what waited');
-$deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
-while (time() < $deadline)
-{
-	last if sql("SELECT follows FROM outbox.positions WHERE endpoint_id = outbox._endpoint_id('e9')") eq 't';
-	sql("SELECT outbox.emit('warm.up', '{}')");
-	usleep(100_000);
-}
-is(sql("SELECT follows FROM outbox.positions WHERE endpoint_id = outbox._endpoint_id('e9')"), 't',
-	'and follows the stream again');
+ok(follows_again('e9'), 'and follows the stream again');
 my $n9 = ids_at('/e9', received($log));
 is(scalar(grep { ($n9->{$_} // 0) != 1 } @paused), 0, 'each of its events arrived once');
 is($node->safe_psql('postgres', 'SELECT count(*) FROM outbox.retries'), '0', 'no retries left');

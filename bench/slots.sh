@@ -6,7 +6,7 @@
 # Builds and installs outbox from this tree (holding the lock scripts/test.sh
 # takes), starts a private PostgreSQL 15 instance the way the tests do (as
 # postgres through runuser, so with its open files limit) and
-# bench/slow_receiver.py, which answers after DELAY_MS.  For each
+# bench/slow_receiver.js, which answers after DELAY_MS.  For each
 # outbox.max_concurrency given (default 64 1000 5000): ENDPOINTS fresh
 # endpoints on one receiver, EVENTS events each, and deliveries a second over
 # WINDOW seconds after a second of warm-up, with the failures meanwhile.
@@ -24,7 +24,6 @@ EVENTS=${EVENTS:-400}
 DELAY_MS=${DELAY_MS:-200}
 WINDOW=${WINDOW:-8}
 HELD=${HELD:-2000}
-RECEIVERS=${RECEIVERS:-1}
 SETTINGS=("$@")
 [ ${#SETTINGS[@]} -gt 0 ] || SETTINGS=(64 1000 5000)
 PORT=5499
@@ -42,7 +41,7 @@ cleanup()
 	for pid in "${PIDS[@]}"; do pkill -P "$pid" 2>/dev/null; kill "$pid" 2>/dev/null; done
 	[ -f "$WORK/data/postmaster.pid" ] &&
 		runuser -u postgres -- "$PGBIN/pg_ctl" -D "$WORK/data" -m immediate -w stop >/dev/null 2>&1
-	rm -rf "$WORK" /tmp/slow_receiver.$RPORT.* /tmp/slow_receiver.$HPORT.*
+	rm -rf "$WORK"
 }
 trap cleanup EXIT
 
@@ -70,8 +69,11 @@ synchronous_commit = off
 EOF
 runuser -u postgres -- "$PGBIN/pg_ctl" -D "$WORK/data" -l "$WORK/log" -w start >/dev/null
 psql_ "CREATE EXTENSION outbox"
-python3 "$BENCH/slow_receiver.py" $RPORT "$DELAY_MS" "$RECEIVERS" & PIDS+=($!)
-python3 "$BENCH/slow_receiver.py" $HPORT 60000 & PIDS+=($!)
+# (one node process holds thousands of connections; the open files limit
+# must let it)
+ulimit -n "$(ulimit -Hn)"
+node "$BENCH/slow_receiver.js" $RPORT & PIDS+=($!)
+node "$BENCH/slow_receiver.js" $HPORT & PIDS+=($!)
 sleep 1
 
 relay_pid() { psql_ "SELECT pid FROM pg_stat_activity WHERE backend_type = 'outbox relay'"; }
@@ -89,7 +91,7 @@ printf '%-16s %-12s %-12s %s\n' max_concurrency delivered/s failed/s "relay CPU 
 for c in "${SETTINGS[@]}"; do
 	drop_all
 	set_concurrency "$c"
-	psql_ "SELECT count(outbox.create_endpoint('s${c}_' || i, 'http://127.0.0.1:$RPORT/e' || i))
+	psql_ "SELECT count(outbox.create_endpoint('s${c}_' || i, 'http://127.0.0.1:$RPORT/delay/$DELAY_MS/e' || i))
 	         FROM generate_series(1, $ENDPOINTS) i" >/dev/null
 	psql_ "SELECT count(outbox.emit('bench.slots', jsonb_build_object('n', n))) FROM generate_series(1, $EVENTS) n" >/dev/null
 	sleep 1
@@ -117,14 +119,15 @@ set_concurrency "$HELD"
 pid=$(relay_pid)
 before=$(awk '/RssAnon/ {print $2}' /proc/"$pid"/status)
 n=$(((HELD + 31) / 32))
-psql_ "SELECT count(outbox.create_endpoint('held_' || i, 'http://127.0.0.1:$HPORT/h' || i, timeout => '5 minutes'))
+psql_ "SELECT count(outbox.create_endpoint('held_' || i, 'http://127.0.0.1:$HPORT/hang/h' || i, timeout => '5 minutes'))
          FROM generate_series(1, $n) i" >/dev/null
 psql_ "SELECT count(outbox.emit('bench.held', jsonb_build_object('n', n))) FROM generate_series(1, 40) n" >/dev/null
 open=0
 for _ in $(seq 30); do
 	sleep 2
 	was=$open
-	open=$(cat /tmp/slow_receiver.$HPORT.* 2>/dev/null | awk '{s += $2} END {print s + 0}')
+	open=$(python3 -c 'import json, sys, urllib.request
+print(json.load(urllib.request.urlopen(sys.argv[1]))["open"])' "http://127.0.0.1:$HPORT/_status")
 	[ "$open" -gt 0 ] && [ "$open" -eq "$was" ] && break
 done
 after=$(awk '/RssAnon/ {print $2}' /proc/"$pid"/status)

@@ -207,16 +207,34 @@ COMMENT ON FUNCTION outbox._route_checks(integer[], uuid[], text[], boolean[], b
 
 -- Endpoints that are back where the stream is follow it again: their own
 -- position equals the stream's, and the relay has nothing of theirs or of
--- the stream in flight (it passes only such endpoints).  Returns those
--- that now follow.
+-- the stream in flight (it passes only such endpoints).  While no endpoint
+-- follows the stream, its position matters to nobody, and it moves to the
+-- position of a candidate between batches first (the relay does not read
+-- the stream meanwhile: endpoints would otherwise have to chase it).
+-- Returns those that now follow.
 CREATE FUNCTION outbox._attach(candidates integer[]) RETURNS integer[]
-LANGUAGE sql VOLATILE
+LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    WITH st AS (SELECT * FROM outbox.stream),
-    a AS (
+DECLARE
+    st outbox.stream := outbox._stream_row();
+    attached integer[];
+BEGIN
+    IF st.snap IS NULL THEN
+        RETURN '{}';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM outbox.positions p WHERE p.follows) THEN
+        UPDATE outbox.stream s SET snap = c.snap, next_snap = NULL, after_id = 0, updated_at = now()
+          FROM (SELECT p.snap FROM outbox.positions p
+                 WHERE p.endpoint_id = ANY (candidates) AND p.next_snap IS NULL
+                 ORDER BY p.endpoint_id LIMIT 1) c
+        RETURNING s.* INTO st;
+        IF NOT FOUND THEN
+            SELECT * INTO st FROM outbox.stream;
+        END IF;
+    END IF;
+    WITH a AS (
         UPDATE outbox.positions p SET follows = true, updated_at = now()
-          FROM st
          WHERE p.endpoint_id = ANY (candidates) AND NOT p.follows
            -- (a row a concurrent drop_endpoint() holds is left alone)
            AND p.endpoint_id IN (SELECT q.endpoint_id FROM outbox.positions q
@@ -226,7 +244,9 @@ AS $$
            AND (p.next_snap IS NULL OR p.after_id = st.after_id)
         RETURNING p.endpoint_id
     )
-    SELECT coalesce(array_agg(endpoint_id), '{}') FROM a
+    SELECT coalesce(array_agg(endpoint_id), '{}') INTO attached FROM a;
+    RETURN attached;
+END
 $$;
 COMMENT ON FUNCTION outbox._attach(integer[]) IS
     'internal: endpoints whose position reached the stream''s follow it again';

@@ -572,7 +572,13 @@ read_stream(void)
 		list_free(candidates);
 	}
 
+	/*
+	 * With nobody following it, the stream is not read: it would read every
+	 * event for no one.  (The next endpoint to be attached moves it first.)
+	 */
 	stream_more = false;
+	if (followers == 0)
+		return;
 	stream_unconfirmed = store_read_stream(outbox_batch_size, relay_cxt);
 	if (stream_unconfirmed != NULL)
 		route_page(stream_unconfirmed);

@@ -416,23 +416,30 @@ DECLARE
     held integer[];
     locked integer[];
 BEGIN
+    -- Hold against a concurrent drop, without waiting (one relay serves
+    -- every endpoint, so it must not queue behind an open transaction),
+    -- each endpoint whose record writes a row of its own: a retry, a dead
+    -- letter, its position, its state.  A first attempt delivered writes
+    -- only the attempt log, which has no key to the endpoint, and the
+    -- health row, skipped when locked: most endpoints of a stream page are
+    -- not locked at all (a lock is a write to the endpoint's row).
     wanted := ARRAY(SELECT DISTINCT x FROM (
                         SELECT o.endpoint_id FROM unnest(outcomes) o
+                         WHERE o.outcome NOT IN ('delivered', 'already') OR o.attempt <> 1
+                            OR o.disable_reason IS NOT NULL
                         UNION ALL SELECT p.endpoint_id FROM unnest(pages) p WHERE p.endpoint_id IS NOT NULL
                         UNION ALL SELECT unnest(detach)) u(x)
                      ORDER BY x);
-    -- Hold each endpoint against a concurrent drop, without waiting: one
-    -- relay serves every endpoint, so it must not queue behind an open
-    -- transaction.
     held := ARRAY(SELECT e.id FROM outbox.endpoints e WHERE e.id = ANY (wanted)
                    ORDER BY e.id FOR KEY SHARE SKIP LOCKED);
     locked := ARRAY(SELECT e.id FROM outbox.endpoints e
                      WHERE e.id = ANY (wanted) AND e.id <> ALL (held));
     IF cardinality(locked) > 0 THEN
         -- The stream moves only when everything routed to it is recorded.
-        pages := ARRAY(SELECT p FROM unnest(pages) p WHERE p.endpoint_id = ANY (held));
-        outcomes := ARRAY(SELECT o FROM unnest(outcomes) o WHERE o.endpoint_id = ANY (held));
-        detach := ARRAY(SELECT d FROM unnest(detach) d WHERE d = ANY (held));
+        pages := ARRAY(SELECT p FROM unnest(pages) p
+                        WHERE p.endpoint_id IS NOT NULL AND p.endpoint_id <> ALL (locked));
+        outcomes := ARRAY(SELECT o FROM unnest(outcomes) o WHERE o.endpoint_id <> ALL (locked));
+        detach := ARRAY(SELECT d FROM unnest(detach) d WHERE d <> ALL (locked));
     END IF;
 
     -- Detached endpoints start from the stream's position as it is now,
@@ -449,7 +456,7 @@ BEGIN
     SELECT o.endpoint_id, o.id, o.event_id, o.attempt, o.duration_ms, o.status, o.error, o.response,
            (SELECT r.slot FROM outbox.rotation r WHERE r.tbl = 'attempt_log' AND r.current)
       FROM unnest(outcomes) o
-     WHERE o.outcome NOT IN ('deferred', 'already') AND o.endpoint_id = ANY (held);
+     WHERE o.outcome NOT IN ('deferred', 'already') AND o.endpoint_id <> ALL (locked);
 
     -- Only failures and deferrals get rows.  The event is in outbox.events,
     -- or in outbox.delayed once rotation set it aside.
@@ -465,7 +472,7 @@ BEGIN
                           UNION ALL
                           SELECT d.key FROM outbox.delayed d WHERE d.id = o.id
                           LIMIT 1) e
-     WHERE o.outcome IN ('retry', 'deferred') AND o.endpoint_id = ANY (held)
+     WHERE o.outcome IN ('retry', 'deferred') AND o.endpoint_id <> ALL (locked)
      ORDER BY o.endpoint_id, o.id, o.attempt DESC
     ON CONFLICT (endpoint_id, id) DO UPDATE
        SET attempts = EXCLUDED.attempts, next_at = EXCLUDED.next_at,
@@ -485,7 +492,7 @@ BEGIN
                           SELECT dl.event_id, dl.event_type, dl.payload, dl.key, dl.headers, dl.created_at
                             FROM outbox.delayed dl WHERE dl.id = o.id
                           LIMIT 1) e
-     WHERE o.outcome = 'dead' AND o.endpoint_id = ANY (held)
+     WHERE o.outcome = 'dead' AND o.endpoint_id <> ALL (locked)
      ORDER BY o.endpoint_id, o.id, o.attempt DESC
     ON CONFLICT (endpoint_id, id) DO UPDATE
        SET attempts = EXCLUDED.attempts, last_status = EXCLUDED.last_status,
@@ -496,7 +503,7 @@ BEGIN
     DELETE FROM outbox.retries r
      USING unnest(outcomes) o
      WHERE r.endpoint_id = o.endpoint_id AND r.id = o.id
-       AND o.outcome IN ('delivered', 'dead', 'already') AND o.endpoint_id = ANY (held);
+       AND o.outcome IN ('delivered', 'dead', 'already') AND o.endpoint_id <> ALL (locked);
 
     -- Own pages move their endpoint's position, the stream's page the
     -- stream; each only if it is still in the page's batch (a rebase or a
@@ -523,7 +530,7 @@ BEGIN
         SELECT o.endpoint_id, o.outcome, o.status, o.error, o.n
           FROM unnest(outcomes) WITH ORDINALITY AS o(endpoint_id, id, event_id, attempt, outcome, next_at,
                                                      status, error, duration_ms, response, disable_reason, n)
-         WHERE o.outcome NOT IN ('deferred', 'already') AND o.endpoint_id = ANY (held)
+         WHERE o.outcome NOT IN ('deferred', 'already') AND o.endpoint_id <> ALL (locked)
     ), s AS (
         SELECT a.endpoint_id,
                max(a.n) FILTER (WHERE a.outcome = 'delivered') AS last_ok,
@@ -531,6 +538,10 @@ BEGIN
                max(a.n) FILTER (WHERE a.outcome <> 'delivered') AS last_fail
           FROM a GROUP BY a.endpoint_id
     )
+    -- A row whose only news is another success is written at most once a
+    -- second (last_success_at is that precise): with thousands of endpoints
+    -- on a stream page, a write per endpoint per page cost more than the
+    -- deliveries.
     UPDATE outbox.endpoint_health h
        SET last_success_at = CASE WHEN s.last_ok IS NOT NULL THEN now() ELSE h.last_success_at END,
            last_failure_at = CASE WHEN s.fails > 0 THEN now() ELSE h.last_failure_at END,
@@ -547,6 +558,8 @@ BEGIN
                                 ELSE h.failing_since END
       FROM s
      WHERE h.endpoint_id = s.endpoint_id
+       AND (s.fails > 0 OR h.last_success_at IS NULL OR h.last_success_at < now() - interval '1 second'
+            OR h.consecutive_failures <> 0 OR h.failing_since IS NOT NULL)
        AND h.endpoint_id IN (SELECT endpoint_id FROM outbox.endpoint_health
                               WHERE endpoint_id IN (SELECT endpoint_id FROM s)
                                 FOR UPDATE SKIP LOCKED);
@@ -556,7 +569,7 @@ BEGIN
     WITH asked AS (
         SELECT o.endpoint_id, min(o.disable_reason) AS reason
           FROM unnest(outcomes) o
-         WHERE o.endpoint_id = ANY (held)
+         WHERE o.endpoint_id <> ALL (locked)
          GROUP BY o.endpoint_id
     )
     UPDATE outbox.endpoints ep

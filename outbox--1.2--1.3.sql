@@ -255,7 +255,11 @@ COMMENT ON FUNCTION outbox._attach(integer[]) IS
 -- An endpoint's own pages lead back to the stream
 ----------------------------------------------------------------------------
 
--- As in 1.2, with one change: a new batch of a detached endpoint ends at
+-- As in 1.2, with two changes.  It walks at most a span of ids per try
+-- (a few tries per call), moving past a span with none of its events, so
+-- that a read costs milliseconds however far behind the endpoint is; a
+-- page the span cut is not the end of its batch (bytes_cut).  And a new
+-- batch of a detached endpoint ends at
 -- the stream's snapshot (the end of the stream's open batch, or where the
 -- stream is) when that lies ahead of the endpoint, so that it arrives
 -- where the stream is and can follow it again; an endpoint already there
@@ -271,6 +275,11 @@ SET enable_seqscan = off
 SET enable_bitmapscan = off
 AS $$
 DECLARE
+    -- Ids a read walks at most per try: an endpoint whose types are rare
+    -- among the events pays in steps of this, so that one far behind costs
+    -- the relay's read step milliseconds, not the walk of its whole backlog.
+    span bigint := greatest(lim, 1)::bigint * 20 + 10000;
+    top  bigint;
     pos  outbox.positions;
     nxt  pg_snapshot;
     target pg_snapshot;
@@ -282,7 +291,7 @@ BEGIN
     SELECT outbox._like_patterns(ep.event_types), '*' = ANY (ep.event_types), ep.ordered
       INTO pats, match_all, is_ordered
       FROM outbox.endpoints ep WHERE ep.id = eid;
-    FOR attempt IN 1..2 LOOP
+    FOR attempt IN 1..4 LOOP
         -- A position locked by a concurrent drop_endpoint() is left alone,
         -- and one that follows the stream is read with the stream.
         SELECT * INTO pos FROM outbox.positions p WHERE p.endpoint_id = eid
@@ -318,6 +327,7 @@ BEGIN
             RETURNING * INTO pos;
         END IF;
 
+        top := (SELECT max(e.id) FROM outbox.events e);
         RETURN QUERY
             SELECT e.id, e.event_id, e.deliver_at, e.key,
                    outbox._body(e.event_type, e.created_at, e.payload),
@@ -327,13 +337,15 @@ BEGIN
                        AND EXISTS (SELECT 1 FROM outbox.retries r
                                     WHERE r.endpoint_id = eid AND r.key = e.key),
                    verify AND outbox._delivered(eid, e.event_id, '-infinity'),
+                   -- cut: by the byte budget, or by the span while more ids follow
                    (max(e.upto) OVER ()) >= max_bytes
+                       OR ((count(*) OVER ()) < lim AND pos.after_id + span < top)
               FROM (SELECT ev.id, ev.event_id, ev.deliver_at, ev.key, ev.event_type, ev.created_at,
                            ev.payload, ev.headers, ev.sz,
                            sum(ev.sz) OVER (ORDER BY ev.id) AS upto
                       FROM (SELECT e1.*, outbox._event_bytes(e1.payload, e1.headers) AS sz
                               FROM outbox.events e1
-                             WHERE e1.id > pos.after_id
+                             WHERE e1.id > pos.after_id AND e1.id <= pos.after_id + span
                                AND pg_visible_in_snapshot(e1.txid, pos.next_snap)
                                AND NOT pg_visible_in_snapshot(e1.txid, pos.snap)
                                AND (match_all OR e1.event_type LIKE ANY (pats))
@@ -343,6 +355,13 @@ BEGIN
              ORDER BY e.id;
         IF FOUND THEN
             RETURN;
+        END IF;
+        -- None of its events in this span, and more ids follow: past it.
+        IF pos.after_id + span < top THEN
+            UPDATE outbox.positions p SET after_id = pos.after_id + span, updated_at = now()
+             WHERE p.endpoint_id = eid
+            RETURNING * INTO pos;
+            CONTINUE;
         END IF;
         UPDATE outbox.positions p
            SET snap = p.next_snap, next_snap = NULL, after_id = 0, updated_at = now()

@@ -71,6 +71,12 @@
  * still in flight: they hold the others back.
  */
 #define DETACH_AFTER_MS		500
+/*
+ * A read step reads endpoints' own pages for about this long at most; the
+ * next step goes on with the next of them.  An endpoint far behind must
+ * not hold up the stream's read (DESIGN.md, "The stream").
+ */
+#define OWN_READ_BUDGET_MS	20
 
 static MemoryContext relay_cxt = NULL;
 static HTAB *endpoints = NULL;
@@ -101,6 +107,8 @@ static bool stream_verify = true;
  * how many active endpoints follow the stream.
  */
 static List *own_readers = NIL;
+static int	own_next = 0;		/* where the next read step starts in it */
+static bool own_cut = false;	/* the last read step ran out of time */
 static List *due_again = NIL;
 static List *detaching = NIL;
 static List *attached_now = NIL;
@@ -579,7 +587,8 @@ read_stream(void)
 	stream_more = false;
 	if (followers == 0)
 		return;
-	stream_unconfirmed = store_read_stream(outbox_batch_size, relay_cxt);
+	/* A page enough for every slot: it serves many endpoints at once. */
+	stream_unconfirmed = store_read_stream(Max(outbox_batch_size, outbox_max_concurrency), relay_cxt);
 	if (stream_unconfirmed != NULL)
 		route_page(stream_unconfirmed);
 }
@@ -596,6 +605,8 @@ read_step(void *arg)
 	bool		full = *(bool *) arg;
 	ListCell   *lc;
 	List	   *due = NIL;
+	int			n_own;
+	TimestampTz started;
 
 	if (full && !store_extension_ready())
 		return STEP_ABSENT;
@@ -618,10 +629,22 @@ read_step(void *arg)
 	}
 	if (stream_page == NULL)
 		read_stream();
+	own_cut = false;
 
-	foreach(lc, own_readers)
+	n_own = list_length(own_readers);
+	started = GetCurrentTimestamp();
+	for (int k = 0; k < n_own; k++)
 	{
-		RelayEndpoint *ep = (RelayEndpoint *) lfirst(lc);
+		int			i = (own_next + k) % n_own;
+		RelayEndpoint *ep = (RelayEndpoint *) list_nth(own_readers, i);
+
+		if (TimestampDifferenceExceeds(started, GetCurrentTimestamp(), OWN_READ_BUDGET_MS))
+		{
+			/* the rest go first next time, and may read at once */
+			own_next = i;
+			own_cut = true;
+			break;
+		}
 
 		/*
 		 * An endpoint failing without pause gets one new event per full
@@ -1622,7 +1645,7 @@ want_more(void)
 
 	if (stream_more && stream_page == NULL)
 		return true;
-	if (due_again != NIL)
+	if (due_again != NIL || own_cut)
 		return true;
 	foreach(lc, own_readers)
 	{

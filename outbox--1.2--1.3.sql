@@ -434,6 +434,7 @@ DECLARE
     wanted integer[];
     held integer[];
     locked integer[];
+    skip integer[];
 BEGIN
     -- Hold against a concurrent drop, without waiting (one relay serves
     -- every endpoint, so it must not queue behind an open transaction),
@@ -453,11 +454,14 @@ BEGIN
                    ORDER BY e.id FOR KEY SHARE SKIP LOCKED);
     locked := ARRAY(SELECT e.id FROM outbox.endpoints e
                      WHERE e.id = ANY (wanted) AND e.id <> ALL (held));
+    -- Endpoints held elsewhere, and those gone: nothing of theirs is written.
+    skip := locked || ARRAY(SELECT x FROM unnest(wanted) x
+                             WHERE NOT EXISTS (SELECT 1 FROM outbox.endpoints e WHERE e.id = x));
     IF cardinality(locked) > 0 THEN
         -- The stream moves only when everything routed to it is recorded.
         pages := ARRAY(SELECT p FROM unnest(pages) p
                         WHERE p.endpoint_id IS NOT NULL AND p.endpoint_id <> ALL (locked));
-        outcomes := ARRAY(SELECT o FROM unnest(outcomes) o WHERE o.endpoint_id <> ALL (locked));
+        outcomes := ARRAY(SELECT o FROM unnest(outcomes) o WHERE o.endpoint_id <> ALL (skip));
         detach := ARRAY(SELECT d FROM unnest(detach) d WHERE d <> ALL (locked));
     END IF;
 
@@ -475,7 +479,7 @@ BEGIN
     SELECT o.endpoint_id, o.id, o.event_id, o.attempt, o.duration_ms, o.status, o.error, o.response,
            (SELECT r.slot FROM outbox.rotation r WHERE r.tbl = 'attempt_log' AND r.current)
       FROM unnest(outcomes) o
-     WHERE o.outcome NOT IN ('deferred', 'already') AND o.endpoint_id <> ALL (locked);
+     WHERE o.outcome NOT IN ('deferred', 'already') AND o.endpoint_id <> ALL (skip);
 
     -- Only failures and deferrals get rows.  The event is in outbox.events,
     -- or in outbox.delayed once rotation set it aside.
@@ -491,7 +495,7 @@ BEGIN
                           UNION ALL
                           SELECT d.key FROM outbox.delayed d WHERE d.id = o.id
                           LIMIT 1) e
-     WHERE o.outcome IN ('retry', 'deferred') AND o.endpoint_id <> ALL (locked)
+     WHERE o.outcome IN ('retry', 'deferred') AND o.endpoint_id <> ALL (skip)
      ORDER BY o.endpoint_id, o.id, o.attempt DESC
     ON CONFLICT (endpoint_id, id) DO UPDATE
        SET attempts = EXCLUDED.attempts, next_at = EXCLUDED.next_at,
@@ -511,7 +515,7 @@ BEGIN
                           SELECT dl.event_id, dl.event_type, dl.payload, dl.key, dl.headers, dl.created_at
                             FROM outbox.delayed dl WHERE dl.id = o.id
                           LIMIT 1) e
-     WHERE o.outcome = 'dead' AND o.endpoint_id <> ALL (locked)
+     WHERE o.outcome = 'dead' AND o.endpoint_id <> ALL (skip)
      ORDER BY o.endpoint_id, o.id, o.attempt DESC
     ON CONFLICT (endpoint_id, id) DO UPDATE
        SET attempts = EXCLUDED.attempts, last_status = EXCLUDED.last_status,
@@ -522,7 +526,7 @@ BEGIN
     DELETE FROM outbox.retries r
      USING unnest(outcomes) o
      WHERE r.endpoint_id = o.endpoint_id AND r.id = o.id
-       AND o.outcome IN ('delivered', 'dead', 'already') AND o.endpoint_id <> ALL (locked);
+       AND o.outcome IN ('delivered', 'dead', 'already') AND o.endpoint_id <> ALL (skip);
 
     -- Own pages move their endpoint's position, the stream's page the
     -- stream; each only if it is still in the page's batch (a rebase or a
@@ -549,7 +553,7 @@ BEGIN
         SELECT o.endpoint_id, o.outcome, o.status, o.error, o.n
           FROM unnest(outcomes) WITH ORDINALITY AS o(endpoint_id, id, event_id, attempt, outcome, next_at,
                                                      status, error, duration_ms, response, disable_reason, n)
-         WHERE o.outcome NOT IN ('deferred', 'already') AND o.endpoint_id <> ALL (locked)
+         WHERE o.outcome NOT IN ('deferred', 'already') AND o.endpoint_id <> ALL (skip)
     ), s AS (
         SELECT a.endpoint_id,
                max(a.n) FILTER (WHERE a.outcome = 'delivered') AS last_ok,
@@ -588,7 +592,7 @@ BEGIN
     WITH asked AS (
         SELECT o.endpoint_id, min(o.disable_reason) AS reason
           FROM unnest(outcomes) o
-         WHERE o.endpoint_id <> ALL (locked)
+         WHERE o.endpoint_id <> ALL (skip)
          GROUP BY o.endpoint_id
     )
     UPDATE outbox.endpoints ep

@@ -416,11 +416,28 @@ route_page(StreamPage *p)
 	bool		verify_some = false;
 	TimestampTz now = GetCurrentTimestamp();
 
-	/* Count each endpoint's deliveries first: a part is one allocation. */
+	/*
+	 * Count each endpoint's deliveries first: a part is one allocation.  A
+	 * page ends before an event that would give an endpoint more than
+	 * outbox.batch_size of them: no endpoint gets a larger page of the
+	 * stream than it would read on its own (an endpoint failing without
+	 * pause, say, gets that many before it only gets probes); the rest is
+	 * read again with the next page.
+	 */
 	for (int i = 0; i < p->n; i++)
 	{
 		int			n = route_match(p->ev[i].type, &eps);
+		bool		full = false;
 
+		for (int j = 0; j < n && !full; j++)
+			full = eps[j]->follows && eps[j]->routed >= outbox_batch_size;
+		if (full)
+		{
+			p->n = i;
+			p->last_id = p->ev[i - 1].id;
+			p->batch_done = false;
+			break;
+		}
 		for (int j = 0; j < n; j++)
 		{
 			RelayEndpoint *ep = eps[j];

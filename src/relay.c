@@ -290,6 +290,7 @@ defer(Delivery *d, TimestampTz next_at)
 	d->next_at = next_at;
 	d->state = DELIVERY_DONE;
 	d->batch->pending--;
+	d->batch->unrecorded++;
 }
 
 /*
@@ -796,6 +797,7 @@ read_round(bool full)
 				d->outcome = "already";
 				d->state = DELIVERY_DONE;
 				b->pending--;
+				b->unrecorded++;
 			}
 			else if (d->deferred)
 				defer(d, d->deliver_at);
@@ -1283,6 +1285,7 @@ collect(void)
 		outbox_count(RELAY_RETRIES, d->attempt > 1 ? 1 : 0);
 		outbox_count(RELAY_BYTES, req->body_len);
 		b->pending--;
+		b->unrecorded++;
 		b->ep->in_flight--;
 		in_flight--;
 		if (b->stream != NULL && b->pending == 0)
@@ -1424,6 +1427,7 @@ record_round(void)
 	RecordRound r;
 	int			room = 16;
 	int			stream_parts_done = 0;
+	bool		page_completes = false;
 	ListCell   *lc;
 	StepResult	result;
 
@@ -1432,19 +1436,34 @@ record_round(void)
 	r.complete = palloc(sizeof(bool) * room);
 	r.set.pages = palloc(sizeof(PageDone) * (room + list_length(detaching) + 1));
 
+	/*
+	 * Does this round complete the stream's page?  Then its parts go now;
+	 * otherwise a finished part waits for the interval like a partial
+	 * batch, so that a thousand endpoints' parts finishing one after
+	 * another make a record every RECORD_INTERVAL_MS, not one each.
+	 */
+	if (stream_page != NULL)
+	{
+		dlist_foreach_modify(iter, &active)
+		{
+			Batch	   *b = dlist_container(Batch, node, iter.cur);
+
+			if (b->stream == stream_page && b->pending == 0)
+				stream_parts_done++;
+		}
+		page_completes = stream_parts_done == stream_page->parts;
+		stream_parts_done = 0;
+	}
+
 	dlist_foreach_modify(iter, &active)
 	{
 		Batch	   *b = dlist_container(Batch, node, iter.cur);
 		bool		complete = b->pending == 0;
-		int			ready = 0;
 
-		for (int i = 0; i < b->n; i++)
-			if (b->d[i].state == DELIVERY_DONE && !b->d[i].recorded)
-				ready++;
-		if (!complete && ready == 0)
+		if (!complete && b->unrecorded == 0)
 			continue;
 		/* Partial progress, and retries after a refusal, wait a while. */
-		if ((!complete || b->record_failed) &&
+		if ((!complete || b->record_failed || (b->stream != NULL && !page_completes)) &&
 			!TimestampDifferenceExceeds(b->last_flush, now,
 										b->record_failed ? RECORD_RETRY_MS : RECORD_INTERVAL_MS))
 			continue;
@@ -1581,6 +1600,7 @@ record_round(void)
 		for (int j = 0; j < b->n; j++)
 			if (b->d[j].state == DELIVERY_DONE)
 				b->d[j].recorded = true;
+		b->unrecorded = 0;
 		/*
 		 * Disabled now: read nothing more for it until resumed, and stop
 		 * following the stream, which would carry it past its events.

@@ -157,6 +157,7 @@ typedef struct Batch
 	int			room;			/* deliveries allocated */
 	int			next_submit;	/* first delivery that may still wait */
 	int			pending;		/* deliveries without an outcome yet */
+	int			unrecorded;		/* deliveries with an outcome not yet recorded */
 	Delivery   *d;
 	const char *disable_reason;
 	TimestampTz last_flush;		/* when finished deliveries were last recorded */

@@ -68,9 +68,11 @@
 /*
  * A stream page none of whose parts has finished for this long, while
  * other endpoints follow the stream, detaches the endpoints whose parts are
- * still in flight: they hold the others back.
+ * still in flight: they hold the others back.  Longer than a lost SYN's
+ * first retransmission (1 s): a burst of new connections to one host must
+ * not detach everyone (seen with 2,048 parts at once).
  */
-#define DETACH_AFTER_MS		500
+#define DETACH_AFTER_MS		1500
 /*
  * A read step reads endpoints' own pages for about this long at most; the
  * next step goes on with the next of them.  An endpoint far behind must
@@ -605,8 +607,7 @@ read_stream(void)
 	stream_more = false;
 	if (followers == 0)
 		return;
-	/* A page enough for every slot: it serves many endpoints at once. */
-	stream_unconfirmed = store_read_stream(Max(outbox_batch_size, outbox_max_concurrency), relay_cxt);
+	stream_unconfirmed = store_read_stream(outbox_batch_size, relay_cxt);
 	if (stream_unconfirmed != NULL)
 		route_page(stream_unconfirmed);
 }

@@ -156,16 +156,7 @@ store_load_endpoints(HTAB *endpoints, MemoryContext cxt)
 	int			rc;
 
 	if (endpoints_plan == NULL)
-		endpoints_plan = outbox_prepare_kept(
-								 "SELECT e.id, e.name, e.url, "
-								 "  array_to_string(outbox._header_lines(e.headers), E'\\n'), "
-								 "  outbox._timeout_ms(e.timeout), e.max_attempts, e.ordered, "
-								 "  NOT e.paused AND e.disabled_at IS NULL, s.secret, "
-								 "  CASE WHEN s.previous_expires_at > now() THEN s.previous_secret END, "
-								 "  e.event_types, p.follows, e.max_in_flight "
-								 "FROM outbox.endpoints e JOIN outbox.endpoint_secrets s ON s.endpoint_id = e.id "
-								 "  JOIN outbox.positions p ON p.endpoint_id = e.id",
-								 0, NULL);
+		endpoints_plan = outbox_prepare_kept("SELECT * FROM outbox._relay_endpoints()", 0, NULL);
 
 	rc = SPI_execute_plan(endpoints_plan, NULL, NULL, true, 0);
 	if (rc != SPI_OK_SELECT)

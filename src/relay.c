@@ -280,6 +280,24 @@ may_read_due(const RelayEndpoint *ep, bool full)
 }
 
 /*
+ * A delivery has its outcome: one fewer pending in its batch, one more to
+ * record.  A part of the stream's page that has no delivery left pending is
+ * progress of the page (detach_laggards).
+ */
+static void
+settle(Delivery *d, const char *outcome)
+{
+	Batch	   *b = d->batch;
+
+	d->outcome = outcome;
+	d->state = DELIVERY_DONE;
+	b->pending--;
+	b->unrecorded++;
+	if (b->stream != NULL && b->pending == 0)
+		b->stream->progress_at = GetCurrentTimestamp();
+}
+
+/*
  * Settle a delivery without sending it: it goes to the retry table, due at
  * next_at (its deliver_at, or now for one waiting behind its key).
  */
@@ -288,11 +306,8 @@ defer(Delivery *d, TimestampTz next_at)
 {
 	d->deferred = true;
 	d->attempt = 0;
-	d->outcome = "deferred";
 	d->next_at = next_at;
-	d->state = DELIVERY_DONE;
-	d->batch->pending--;
-	d->batch->unrecorded++;
+	settle(d, "deferred");
 }
 
 /*
@@ -794,12 +809,7 @@ read_round(bool full)
 
 			d->state = DELIVERY_WAITING;
 			if (d->already)
-			{
-				d->outcome = "already";
-				d->state = DELIVERY_DONE;
-				b->pending--;
-				b->unrecorded++;
-			}
+				settle(d, "already");
 			else if (d->deferred)
 				defer(d, d->deliver_at);
 		}
@@ -1276,8 +1286,7 @@ collect(void)
 
 			d->next_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), (int64) (wait * 1000.0));
 		}
-		d->outcome = policy_outcome_name(o);
-		d->state = DELIVERY_DONE;
+		settle(d, policy_outcome_name(o));
 		if (o == OUTCOME_DELIVERED)
 			b->ep->consecutive_failures = 0;
 		else
@@ -1285,12 +1294,8 @@ collect(void)
 		outbox_count(o == OUTCOME_DELIVERED ? RELAY_DELIVERIES : RELAY_FAILURES, 1);
 		outbox_count(RELAY_RETRIES, d->attempt > 1 ? 1 : 0);
 		outbox_count(RELAY_BYTES, req->body_len);
-		b->pending--;
-		b->unrecorded++;
 		b->ep->in_flight--;
 		in_flight--;
-		if (b->stream != NULL && b->pending == 0)
-			b->stream->progress_at = GetCurrentTimestamp();
 		show_in_flight(b->ep);
 
 		/*
@@ -1641,7 +1646,8 @@ worth_reading(void)
 {
 	ListCell   *lc;
 
-	if (stream_page == NULL || due_again != NIL)
+	/* (the stream is read only while someone follows it: read_stream) */
+	if ((stream_page == NULL && followers > 0) || due_again != NIL)
 		return true;
 	foreach(lc, own_readers)
 		if (may_read_page((RelayEndpoint *) lfirst(lc), false))

@@ -73,6 +73,7 @@
  * not detach everyone (seen with 2,048 parts at once).
  */
 #define DETACH_AFTER_MS		1500
+#define LAGGARD_MIN_MS		200
 /*
  * A read step reads endpoints' own pages for about this long at most; the
  * next step goes on with the next of them.  An endpoint far behind must
@@ -294,7 +295,10 @@ settle(Delivery *d, const char *outcome)
 	b->pending--;
 	b->unrecorded++;
 	if (b->stream != NULL && b->pending == 0)
+	{
+		b->stream->finished++;
 		b->stream->progress_at = GetCurrentTimestamp();
+	}
 }
 
 /*
@@ -398,6 +402,8 @@ detach(RelayEndpoint *ep)
 		return;
 	if (ep->page != NULL && ep->page->stream == stream_page)
 	{
+		if (ep->page->pending > 0)
+			stream_page->finished++;
 		ep->page->stream = NULL;
 		stream_page->parts--;
 		return;
@@ -488,6 +494,7 @@ route_page(StreamPage *p)
 		b->last_id = p->last_id;
 		b->batch_done = p->batch_done;
 		p->parts++;
+		p->routed++;
 		p->refs++;
 		ep->part = b;
 		nchecks += ep->routed;
@@ -573,9 +580,44 @@ route_page(StreamPage *p)
 }
 
 /*
+ * How many events a page of the stream may hold.  One follower gets pages
+ * of outbox.batch_size, as an endpoint reading on its own does; many get
+ * a page large enough to give the relay's slots work, so that endpoints
+ * whose receivers answer slowly have requests in flight side by side
+ * instead of a few each (bench case 11).  No endpoint gets more than
+ * outbox.batch_size of a page (route_page), and outbox.batch_bytes bounds
+ * its memory.
+ */
+static int	relay_slots(void);
+
+static int
+stream_page_size(void)
+{
+	int64		wanted = (int64) outbox_batch_size * followers;
+
+	return (int) Min(wanted, Max(relay_slots(), outbox_batch_size));
+}
+
+/*
+ * Has ep failed lately?  Since its last 2xx, and within longer than a
+ * request of its may take.  An endpoint that fails does not follow the
+ * stream again: a receiver that never answers would hold each page it
+ * gets a part of until it is detached again.  It gets its events on its
+ * own, and follows once it delivers, or once it has been quiet for that
+ * long (an endpoint that gets nothing has nothing to deliver).
+ */
+static bool
+failing(const RelayEndpoint *ep)
+{
+	return ep->consecutive_failures > 0 &&
+		!TimestampDifferenceExceeds(ep->failed_at, GetCurrentTimestamp(),
+									ep->timeout_ms + 1000);
+}
+
+/*
  * The stream's step of a read round, when its page is not in flight:
- * endpoints back where the stream is follow it again, then the next page is
- * read and routed.
+ * endpoints back where the stream is follow it again (not those failing),
+ * then the next page is read and routed.
  */
 static void
 read_stream(void)
@@ -587,8 +629,7 @@ read_stream(void)
 	{
 		RelayEndpoint *ep = (RelayEndpoint *) lfirst(lc);
 
-		if (ep->active && !ep->follows && !ep->detach && ep->page == NULL &&
-			ep->consecutive_failures < CIRCUIT_FAILURES)
+		if (ep->active && !ep->follows && !ep->detach && ep->page == NULL && !failing(ep))
 			candidates = lappend(candidates, ep);
 	}
 	if (candidates != NIL)
@@ -622,7 +663,7 @@ read_stream(void)
 	stream_more = false;
 	if (followers == 0)
 		return;
-	stream_unconfirmed = store_read_stream(outbox_batch_size, relay_cxt);
+	stream_unconfirmed = store_read_stream(stream_page_size(), relay_cxt);
 	if (stream_unconfirmed != NULL)
 		route_page(stream_unconfirmed);
 }
@@ -794,7 +835,8 @@ read_round(bool full)
 	{
 		stream_page = stream_unconfirmed;
 		stream_unconfirmed = NULL;
-		stream_page->progress_at = GetCurrentTimestamp();
+		stream_page->read_at = GetCurrentTimestamp();
+		stream_page->progress_at = stream_page->read_at;
 	}
 
 	while (!dlist_is_empty(&unconfirmed))
@@ -982,7 +1024,11 @@ redact_response(const RelayEndpoint *ep, HttpRequest *req)
  * more is kept free for an endpoint that has work next, so that endpoints
  * whose requests hang can never take every slot from one that comes later.
  * The share binds only when the caps of the endpoints with work do not all
- * fit in the slots.
+ * fit in the slots.  But the one share kept free is small beside many
+ * endpoints whose receivers hang: so an endpoint that fails has its cap
+ * halved for each failure in a row, down to one request, and one that
+ * was detached for lagging behind the stream has one, until its next 2xx
+ * gives back the whole cap (endpoint_cap; bench case 12).
  *
  * pump() only looks at endpoints in the ready list, never at all of them:
  * an endpoint goes in when it gets a batch, or when one of its requests
@@ -1011,6 +1057,17 @@ static bool
 may_wait(const Batch *b)
 {
 	return b != NULL && b->pending > 0 && b->next_submit < b->n;
+}
+
+/* How many requests of ep may be in flight, slots permitting. */
+static int
+endpoint_cap(const RelayEndpoint *ep)
+{
+	int			cap = ep->max_in_flight > 0 ? ep->max_in_flight : outbox_endpoint_concurrency;
+
+	if (ep->lagged)
+		return 1;
+	return Max(1, cap >> Min(ep->consecutive_failures, 16));
 }
 
 /* Put an endpoint at the end of the ready list if deliveries may wait. */
@@ -1217,7 +1274,7 @@ pump(void)
 	while (!dlist_is_empty(&ready) && in_flight < slots)
 	{
 		RelayEndpoint *ep = dlist_head_element(RelayEndpoint, ready_node, &ready);
-		int			cap = ep->max_in_flight > 0 ? ep->max_in_flight : outbox_endpoint_concurrency;
+		int			cap = endpoint_cap(ep);
 		int			share = (slots + busy_endpoints) / (busy_endpoints + 1);
 		int			limit = Min(cap, share);
 		PumpStop	due = pump_batch(ep->due, limit, slots);
@@ -1288,9 +1345,15 @@ collect(void)
 		}
 		settle(d, policy_outcome_name(o));
 		if (o == OUTCOME_DELIVERED)
+		{
 			b->ep->consecutive_failures = 0;
+			b->ep->lagged = false;
+		}
 		else
+		{
 			b->ep->consecutive_failures++;
+			b->ep->failed_at = GetCurrentTimestamp();
+		}
 		outbox_count(o == OUTCOME_DELIVERED ? RELAY_DELIVERIES : RELAY_FAILURES, 1);
 		outbox_count(RELAY_RETRIES, d->attempt > 1 ? 1 : 0);
 		outbox_count(RELAY_BYTES, req->body_len);
@@ -1702,10 +1765,14 @@ want_more(void)
 }
 
 /*
- * The stream's page has had no part finish for DETACH_AFTER_MS: the
- * endpoints whose parts are still in flight hold back every other endpoint
- * that follows the stream, and stop following it (their parts become their
- * own pages).  An endpoint alone on the stream holds nobody back.
+ * Endpoints whose parts of the stream's page are still in flight hold back
+ * every other endpoint that follows the stream.  They stop following it
+ * (their parts become their own pages) when the page has had no part
+ * finish for DETACH_AFTER_MS, or sooner when they are the last few: when
+ * at most a tenth of its parts are left and none has finished for as long
+ * as the others took (LAGGARD_MIN_MS at least).  An endpoint whose
+ * receiver never answers then costs the others a fraction of a second,
+ * not its timeout.  An endpoint alone on the stream holds nobody back.
  */
 static void
 detach_laggards(void)
@@ -1713,9 +1780,19 @@ detach_laggards(void)
 	dlist_iter	iter;
 	List	   *slow = NIL;
 	ListCell   *lc;
+	StreamPage *p = stream_page;
+	TimestampTz now = GetCurrentTimestamp();
+	bool		stalled;
+	bool		last_few;
 
-	if (stream_page == NULL || stream_page->parts == 0 || followers <= 1 ||
-		!TimestampDifferenceExceeds(stream_page->progress_at, GetCurrentTimestamp(), DETACH_AFTER_MS))
+	if (p == NULL || p->parts == 0 || followers <= 1)
+		return;
+	stalled = TimestampDifferenceExceeds(p->progress_at, now, DETACH_AFTER_MS);
+	last_few = (p->routed - p->finished) * 10 <= p->routed &&
+		TimestampDifferenceExceeds(p->progress_at, now,
+								   Max(LAGGARD_MIN_MS,
+									   (p->progress_at - p->read_at) / 1000));
+	if (!stalled && !last_few)
 		return;
 	dlist_foreach(iter, &active)
 	{
@@ -1731,6 +1808,7 @@ detach_laggards(void)
 		ereport(DEBUG1,
 				(errmsg("outbox endpoint \"%s\" stops following the stream: its deliveries hold the others back",
 						ep->name)));
+		ep->lagged = true;
 		detach(ep);
 	}
 	list_free(slow);

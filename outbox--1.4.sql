@@ -1,9 +1,9 @@
--- outbox 1.3: the SQL surface and the storage the relay reads, as a fresh
+-- outbox 1.4: the SQL surface and the storage the relay reads, as a fresh
 -- CREATE EXTENSION makes it.
 --
--- This script creates version 1.3 directly.  An installed 1.0 reaches the
--- same state through outbox--1.0--1.1.sql, outbox--1.1--1.2.sql and
--- outbox--1.2--1.3.sql; sql/10_upgrade.sql checks that both end up with
+-- This script creates version 1.4 directly.  An installed 1.0 reaches the
+-- same state through the update scripts outbox--1.0--1.1.sql to
+-- outbox--1.3--1.4.sql in turn; sql/10_upgrade.sql checks that both end up with
 -- the same objects and definitions.  A change to the schema goes into a new
 -- update script, and into a new install script of its version.
 --
@@ -1831,7 +1831,8 @@ BEGIN
     -- A row whose only news is another success is written at most once a
     -- second (last_success_at is that precise): with thousands of endpoints
     -- on a stream page, a write per endpoint per page cost more than the
-    -- deliveries.
+    -- deliveries.  Only the rows written are locked (a lock is a write too:
+    -- before 1.4 every endpoint of the record had its row locked).
     UPDATE outbox.endpoint_health h
        SET last_success_at = CASE WHEN s.last_ok IS NOT NULL THEN now() ELSE h.last_success_at END,
            last_failure_at = CASE WHEN s.fails > 0 THEN now() ELSE h.last_failure_at END,
@@ -1848,18 +1849,24 @@ BEGIN
                                 ELSE h.failing_since END
       FROM s
      WHERE h.endpoint_id = s.endpoint_id
-       AND (s.fails > 0 OR h.last_success_at IS NULL OR h.last_success_at < now() - interval '1 second'
-            OR h.consecutive_failures <> 0 OR h.failing_since IS NOT NULL)
-       AND h.endpoint_id IN (SELECT endpoint_id FROM outbox.endpoint_health
-                              WHERE endpoint_id IN (SELECT endpoint_id FROM s)
-                                FOR UPDATE SKIP LOCKED);
+       AND h.endpoint_id IN (SELECT hl.endpoint_id
+                               FROM outbox.endpoint_health hl JOIN s sl ON sl.endpoint_id = hl.endpoint_id
+                              WHERE sl.fails > 0 OR hl.last_success_at IS NULL
+                                 OR hl.last_success_at < now() - interval '1 second'
+                                 OR hl.consecutive_failures <> 0 OR hl.failing_since IS NOT NULL
+                                FOR UPDATE OF hl SKIP LOCKED);
 
     -- Disable when asked to, or after outbox.disable_after of failures; if
-    -- an administrator holds the endpoint, a later record decides.
+    -- an administrator holds the endpoint, a later record decides.  Only
+    -- endpoints with something other than a delivery in this record may be
+    -- disabled (a delivery ends failing_since above), and only their rows
+    -- are locked: before 1.4 the lock wrote every endpoint's row that had
+    -- an outcome, one write per endpoint and record.
     WITH asked AS (
         SELECT o.endpoint_id, min(o.disable_reason) AS reason
           FROM unnest(outcomes) o
          WHERE o.endpoint_id <> ALL (skip)
+           AND (o.outcome <> 'delivered' OR o.disable_reason IS NOT NULL)
          GROUP BY o.endpoint_id
     )
     UPDATE outbox.endpoints ep

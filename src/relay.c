@@ -596,6 +596,7 @@ route_page(StreamPage *p)
  * its memory.
  */
 static int	relay_slots(void);
+static int	endpoint_cap(const RelayEndpoint *ep);
 
 static int
 stream_page_size(void)
@@ -676,6 +677,27 @@ read_stream(void)
 }
 
 /*
+ * How many new events an endpoint reading on its own reads at once.  One
+ * failing without pause gets one per full round to probe it, besides its
+ * due retries: its backlog waits at its position instead of costing the
+ * other endpoints the relay's time.  One whose cap is cut (endpoint_cap:
+ * it failed, or lagged behind the stream) reads twice its cap: a read
+ * walks the ids until it has its events, and an endpoint whose types are
+ * rare walks far for a full page it could not send for minutes (bench
+ * case 12: 100 endpoints that never answer, a 20 ms walk each when their
+ * first timeouts came, the others' deliveries stalled meanwhile).
+ */
+static int
+own_page_size(const RelayEndpoint *ep)
+{
+	if (ep->consecutive_failures >= CIRCUIT_FAILURES)
+		return 1;
+	if (ep->lagged || ep->consecutive_failures > 0)
+		return Min(outbox_batch_size, 2 * endpoint_cap(ep));
+	return outbox_batch_size;
+}
+
+/*
  * The reading step of read_round: the stream's next page, routed, and what
  * each endpoint that reads on its own is owed, into the unconfirmed list.
  * A full round first loads the endpoints again if they changed.  An
@@ -745,19 +767,10 @@ read_step(void *arg)
 			break;
 		}
 
-		/*
-		 * An endpoint failing without pause gets one new event per full
-		 * round to probe it, besides its due retries: its backlog waits at
-		 * its position instead of costing the other endpoints the relay's
-		 * time.
-		 */
 		if (may_read_page(ep, full))
 		{
 			ep->more_page = false;
-			ep->page = store_read_page(ep,
-									   ep->consecutive_failures < CIRCUIT_FAILURES ?
-									   outbox_batch_size : 1,
-									   relay_cxt);
+			ep->page = store_read_page(ep, own_page_size(ep), relay_cxt);
 			if (ep->page)
 			{
 				link_same_key(ep->page);
@@ -1794,11 +1807,16 @@ want_more(void)
  * Endpoints whose parts of the stream's page are still in flight hold back
  * every other endpoint that follows the stream.  They stop following it
  * (their parts become their own pages) when the page has had no part
- * finish for DETACH_AFTER_MS, or sooner when they are the last few: when
- * at most a tenth of its parts are left and none has finished for as long
- * as the others took (LAGGARD_MIN_MS at least).  An endpoint whose
- * receiver never answers then costs the others a fraction of a second,
- * not its timeout.  An endpoint alone on the stream holds nobody back.
+ * finish for DETACH_AFTER_MS and they are at most half of the followers,
+ * or sooner when they are the last few: when at most a tenth of its parts
+ * are left and none has finished for as long as the others took
+ * (LAGGARD_MIN_MS at least).  An endpoint whose receiver never answers
+ * then costs the others a fraction of a second, not its timeout.  When
+ * most of the followers wait on their own parts, nobody holds them back:
+ * the stall is the relay's or a shared receiver's, and detaching them all
+ * would only make each read on its own (seen in bench case 12 with a
+ * starved relay: 900 endpoints detached at once).  An endpoint alone on
+ * the stream holds nobody back.
  */
 static void
 detach_laggards(void)
@@ -1813,7 +1831,8 @@ detach_laggards(void)
 
 	if (p == NULL || p->parts == 0 || followers <= 1)
 		return;
-	stalled = TimestampDifferenceExceeds(p->progress_at, now, DETACH_AFTER_MS);
+	stalled = TimestampDifferenceExceeds(p->progress_at, now, DETACH_AFTER_MS) &&
+		(p->routed - p->finished) * 2 <= followers;
 	last_few = (p->routed - p->finished) * 10 <= p->routed &&
 		TimestampDifferenceExceeds(p->progress_at, now,
 								   Max(LAGGARD_MIN_MS,

@@ -296,7 +296,12 @@ outbox_format_headers(OutboxFormat format, const EventParts *ev, char **lines)
 	lines[n++] = psprintf("ce-type: %s", ev->type);
 	lines[n++] = psprintf("ce-time: %s", time);
 	if (ev->key != NULL && ev->key[0] != '\0')
-		lines[n++] = psprintf("ce-subject: %s", percent_encoded(ev->key, true));
+	{
+		char	   *subject = percent_encoded(ev->key, true);
+
+		lines[n++] = psprintf("ce-subject: %s", subject);
+		pfree(subject);
+	}
 	return n;
 }
 

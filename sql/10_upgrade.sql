@@ -1,54 +1,159 @@
 -- The upgrade path: outbox 1.0, with data and grants in it, updated to the
 -- current version by ALTER EXTENSION keeps its data and grants and ends up
--- the same as a fresh install.  In a database of its own.
+-- the same as a fresh install, which runs the current version's install
+-- script alone.  Each in a database of its own.
 
 SELECT current_database() AS regress_db \gset
 
--- A fingerprint of the installed extension: every member object with its
--- definition (function bodies and settings, columns, view queries,
--- privileges), and the tables pg_dump dumps.
+-- A fingerprint of the installed extension, one line per fact, without
+-- OIDs: the objects the extension owns and the tables pg_dump dumps of it,
+-- and everything in schema outbox with its definition: relations (kind,
+-- owner, privileges, partition key and bound, view query, index
+-- definition), columns in order (type, NOT NULL, default, identity,
+-- collation, privileges), composite types' attributes among them,
+-- constraints (keys, checks, foreign keys), triggers, rules, policies,
+-- sequences, types, functions whole (arguments and defaults, result,
+-- language, volatility, strictness, security, SET clauses, body) with
+-- owner and privileges, and comments.  Privileges are compared as they take
+-- effect: a NULL ACL is the default one written out.  Left out: the
+-- initial privileges pg_dump compares with (pg_init_privs; an update
+-- records as initial the grants it gives back on what it recreates), and
+-- the stored defaults of rows older than an ADD COLUMN (attmissingval).
+-- outbox_differences(fresh) lists the lines that are in a fresh install's
+-- fingerprint and not in this database's, or the other way round.
 SELECT $def$
-CREATE FUNCTION pg_temp.outbox_fingerprint() RETURNS text
+CREATE FUNCTION pg_temp.outbox_fingerprint() RETURNS SETOF text
 LANGUAGE sql AS $$
-    SELECT md5(string_agg(d, E'\n' ORDER BY d COLLATE "C"))
-      FROM (SELECT pg_describe_object(dep.classid, dep.objid, 0)
-                   || coalesce(' ' || (SELECT p.prosrc || p.provolatile::text || p.prosecdef::text
-                                              || coalesce(p.proconfig::text, '') || coalesce(p.proacl, acldefault('f', p.proowner))::text
-                                         FROM pg_proc p WHERE dep.classid = 'pg_proc'::regclass AND p.oid = dep.objid), '')
-                   || coalesce(' ' || (SELECT string_agg(a.attname || ':' || format_type(a.atttypid, a.atttypmod)
-                                                         || a.attnotnull::text, ',' ORDER BY a.attnum)
-                                         FROM pg_attribute a
-                                        WHERE dep.classid = 'pg_class'::regclass AND a.attrelid = dep.objid
-                                          AND a.attnum > 0 AND NOT a.attisdropped), '')
-                   || coalesce(' ' || (SELECT pg_get_viewdef(c.oid) || coalesce(c.relacl, acldefault('r', c.relowner))::text
-                                         FROM pg_class c
-                                        WHERE dep.classid = 'pg_class'::regclass AND c.oid = dep.objid
-                                          AND c.relkind = 'v'), '') AS d
-              FROM pg_depend dep
-             WHERE dep.refclassid = 'pg_extension'::regclass
-               AND dep.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'outbox')
-               AND dep.deptype = 'e'
+    WITH ns AS (SELECT n.oid FROM pg_namespace n WHERE n.nspname = 'outbox'),
+         rel AS (SELECT c.* FROM pg_class c, ns WHERE c.relnamespace = ns.oid)
+    SELECT 'member ' || pg_describe_object(d.classid, d.objid, d.objsubid)
+      FROM pg_depend d JOIN pg_extension e ON e.oid = d.refobjid
+     WHERE d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e' AND e.extname = 'outbox'
+    UNION ALL
+    SELECT format('dumped %s %s', u.tbl::regclass, u.cond)
+      FROM pg_extension e, unnest(e.extconfig, e.extcondition) AS u(tbl, cond)
+     WHERE e.extname = 'outbox'
+    UNION ALL
+    SELECT format('schema %s owner %s acl %s', n.nspname, pg_get_userbyid(n.nspowner),
+                  coalesce(n.nspacl, acldefault('n', n.nspowner)))
+      FROM pg_namespace n, ns WHERE n.oid = ns.oid
+    UNION ALL
+    SELECT format('relation %s kind %s persistence %s owner %s%s%s%s%s row security %s %s replica identity %s%s',
+                  c.oid::regclass, c.relkind, c.relpersistence, pg_get_userbyid(c.relowner),
+                  CASE WHEN c.relkind IN ('r', 'p', 'v', 'm', 'f', 'S')
+                       THEN ' acl ' || coalesce(c.relacl, acldefault(CASE WHEN c.relkind = 'S' THEN 's' ELSE 'r' END::"char",
+                                                                     c.relowner))::text END,
+                  ' options ' || c.reloptions::text, ' partition key ' || pg_get_partkeydef(c.oid),
+                  ' bound ' || pg_get_expr(c.relpartbound, c.oid),
+                  c.relrowsecurity, c.relforcerowsecurity, c.relreplident,
+                  CASE WHEN c.relkind = 'v' THEN ': ' || pg_get_viewdef(c.oid)
+                       WHEN c.relkind IN ('i', 'I') THEN ': ' || pg_get_indexdef(c.oid) END)
+      FROM rel c
+    UNION ALL
+    SELECT format('partition %s of %s', i.inhrelid::regclass, i.inhparent::regclass)
+      FROM pg_inherits i JOIN rel c ON c.oid = i.inhrelid
+    UNION ALL
+    SELECT format('column %s %s: %s %s not null %s default %s identity %s generated %s collation %s acl %s',
+                  c.oid::regclass, row_number() OVER (PARTITION BY c.oid ORDER BY a.attnum), a.attname,
+                  format_type(a.atttypid, a.atttypmod), a.attnotnull, pg_get_expr(ad.adbin, ad.adrelid),
+                  a.attidentity, a.attgenerated, co.collname, a.attacl)
+      FROM rel c
+      JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+      LEFT JOIN pg_attrdef ad ON ad.adrelid = a.attrelid AND ad.adnum = a.attnum
+      LEFT JOIN pg_collation co ON co.oid = a.attcollation
+     WHERE c.relkind NOT IN ('i', 'I')
+    UNION ALL
+    SELECT format('constraint %s on %s: %s', co.conname,
+                  coalesce(co.conrelid::regclass::text, format_type(co.contypid, NULL)),
+                  pg_get_constraintdef(co.oid))
+      FROM pg_constraint co, ns WHERE co.connamespace = ns.oid
+    UNION ALL
+    SELECT format('trigger %s enabled %s', pg_get_triggerdef(t.oid), t.tgenabled)
+      FROM pg_trigger t JOIN rel c ON c.oid = t.tgrelid
+     WHERE NOT t.tgisinternal
+    UNION ALL
+    SELECT 'rule ' || pg_get_ruledef(r.oid)
+      FROM pg_rewrite r JOIN rel c ON c.oid = r.ev_class
+     WHERE r.rulename <> '_RETURN'
+    UNION ALL
+    SELECT 'policy ' || p::text FROM pg_policies p WHERE p.schemaname = 'outbox'
+    UNION ALL
+    SELECT format('sequence %s as %s start %s increment %s min %s max %s cache %s cycle %s',
+                  s.seqrelid::regclass, format_type(s.seqtypid, NULL), s.seqstart, s.seqincrement,
+                  s.seqmin, s.seqmax, s.seqcache, s.seqcycle)
+      FROM pg_sequence s JOIN rel c ON c.oid = s.seqrelid
+    UNION ALL
+    SELECT format('sequence %s owned by %s (%s)', d.objid::regclass,
+                  pg_describe_object(d.refclassid, d.refobjid, d.refobjsubid), d.deptype)
+      FROM pg_depend d JOIN rel c ON c.oid = d.objid
+     WHERE d.classid = 'pg_class'::regclass AND c.relkind = 'S' AND d.refobjsubid > 0
+    UNION ALL
+    SELECT format('type %s kind %s owner %s acl %s', format_type(t.oid, NULL), t.typtype,
+                  pg_get_userbyid(t.typowner), coalesce(t.typacl, acldefault('T', t.typowner)))
+      FROM pg_type t, ns WHERE t.typnamespace = ns.oid
+    UNION ALL
+    SELECT format('function %s owner %s acl %s', pg_get_functiondef(p.oid),
+                  pg_get_userbyid(p.proowner), coalesce(p.proacl, acldefault('f', p.proowner)))
+      FROM pg_proc p, ns WHERE p.pronamespace = ns.oid
+    UNION ALL
+    SELECT format('comment on %s: %s', pg_describe_object(d.classoid, d.objoid, d.objsubid), d.description)
+      FROM pg_description d, ns
+     WHERE (d.classoid = 'pg_namespace'::regclass AND d.objoid = ns.oid)
+        OR (d.classoid = 'pg_class'::regclass AND d.objoid IN (SELECT c.oid FROM rel c))
+        OR (d.classoid = 'pg_proc'::regclass
+            AND d.objoid IN (SELECT p.oid FROM pg_proc p WHERE p.pronamespace = ns.oid))
+        OR (d.classoid = 'pg_type'::regclass
+            AND d.objoid IN (SELECT t.oid FROM pg_type t WHERE t.typnamespace = ns.oid))
+        OR (d.classoid = 'pg_constraint'::regclass
+            AND d.objoid IN (SELECT co.oid FROM pg_constraint co WHERE co.connamespace = ns.oid))
+        OR (d.classoid = 'pg_trigger'::regclass
+            AND d.objoid IN (SELECT t.oid FROM pg_trigger t JOIN rel c ON c.oid = t.tgrelid))
+$$;
+CREATE FUNCTION pg_temp.outbox_differences(fresh text[]) RETURNS TABLE (side text, line text)
+LANGUAGE sql AS $$
+    SELECT d.side, d.line
+      FROM (SELECT 'fresh install only', f.line
+              FROM (SELECT unnest(fresh) EXCEPT ALL SELECT pg_temp.outbox_fingerprint()) f(line)
             UNION ALL
-            SELECT 'config ' || c::regclass::text || ' ' || coalesce(f, '')
-              FROM pg_extension e, unnest(e.extconfig, e.extcondition) AS u(c, f)
-             WHERE e.extname = 'outbox') x
-$$
-$def$ AS fingerprint_function \gset
-:fingerprint_function;
-SELECT pg_temp.outbox_fingerprint() AS fresh \gset
+            SELECT 'here only', h.line
+              FROM (SELECT pg_temp.outbox_fingerprint() EXCEPT ALL SELECT unnest(fresh)) h(line)) d(side, line)
+     ORDER BY d.line COLLATE "C", d.side
+$$;
+$def$ AS fingerprint_functions \gset
+
+-- A fresh install.  With an install script of the current version at
+-- hand, CREATE EXTENSION runs it alone, not 1.0 and the updates after it.
+CREATE DATABASE outbox_fresh;
+\c outbox_fresh
+SELECT (pg_stat_file(c.setting || '/extension/outbox--' || x.default_version || '.sql')).size > 0
+       AS install_script_of_current_version
+  FROM pg_config c, pg_available_extensions x
+ WHERE c.name = 'SHAREDIR' AND x.name = 'outbox';
+CREATE EXTENSION outbox;
+:fingerprint_functions;
+-- What the fingerprint has lines of.
+SELECT DISTINCT split_part(l, ' ', 1) AS kind FROM pg_temp.outbox_fingerprint() l ORDER BY 1;
+SELECT array_agg(l ORDER BY l COLLATE "C") AS fresh FROM pg_temp.outbox_fingerprint() l \gset
+\c :regress_db
+DROP DATABASE outbox_fresh;
 
 CREATE DATABASE outbox_upgrade;
 \c outbox_upgrade
-:fingerprint_function;
+:fingerprint_functions;
 
 CREATE EXTENSION outbox VERSION '1.0';
 SELECT extversion FROM pg_extension WHERE extname = 'outbox';
 
 -- Some 1.0 state: an endpoint with its secret, events, an attempt, inbox
--- rows, and grants to a monitoring role.
+-- rows, grants to a monitoring role on views the updates recreate or
+-- change, and to an administrator on a function whose arguments 1.3 and
+-- 1.4 change.
 CREATE ROLE outbox_upgrade_monitor;
 GRANT USAGE ON SCHEMA outbox TO outbox_upgrade_monitor;
 GRANT SELECT ON outbox.attempts, outbox.endpoint_status TO outbox_upgrade_monitor;
+CREATE ROLE outbox_upgrade_admin;
+GRANT EXECUTE ON FUNCTION outbox.create_endpoint(text, text, text[], text, jsonb, boolean, interval, integer)
+    TO outbox_upgrade_admin;
 SELECT outbox.create_endpoint('up', 'https://example.com/hook', secret => 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw') AS secret;
 SELECT outbox.emit('order.created', jsonb_build_object('n', n)) IS NOT NULL AS emitted
   FROM generate_series(1, 3) n;
@@ -71,26 +176,32 @@ SELECT tbl, slot, current FROM outbox.rotation ORDER BY tbl, slot;
 -- The inbox still recognises what was marked before the update.
 SELECT outbox.mark_processed('billing', 'msg-1') AS again, outbox.mark_processed('billing', 'msg-2') AS new;
 
--- Grants on the views the update recreated carry over.
+-- Grants on the views and the function the updates recreated carry over.
 SELECT has_table_privilege('outbox_upgrade_monitor', 'outbox.attempts', 'SELECT') AS attempts,
-       has_table_privilege('outbox_upgrade_monitor', 'outbox.endpoint_status', 'SELECT') AS endpoint_status;
+       has_table_privilege('outbox_upgrade_monitor', 'outbox.endpoint_status', 'SELECT') AS endpoint_status,
+       has_function_privilege('outbox_upgrade_admin',
+                              'outbox.create_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text)',
+                              'EXECUTE') AS create_endpoint;
 
 -- An updated 1.0 is a fresh install: the same objects, definitions and
--- dumped tables.  (The grant given above is taken back first.)
+-- dumped tables.  (The grants given above are taken back first.)
 REVOKE SELECT ON outbox.attempts, outbox.endpoint_status FROM outbox_upgrade_monitor;
 REVOKE USAGE ON SCHEMA outbox FROM outbox_upgrade_monitor;
-SELECT pg_temp.outbox_fingerprint() = :'fresh' AS same_as_fresh_install;
+REVOKE EXECUTE ON FUNCTION outbox.create_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text)
+    FROM outbox_upgrade_admin;
+SELECT * FROM pg_temp.outbox_differences(:'fresh');
 
 \c :regress_db
 DROP DATABASE outbox_upgrade;
 DROP ROLE outbox_upgrade_monitor;
+DROP ROLE outbox_upgrade_admin;
 
 -- The same from 1.1, with what 1.2 changes in use: an event the relay
 -- deferred to a later deliver_at (a retry of attempts 0), one that failed,
 -- and an endpoint whose timeout passed 1.1's check as an interval only.
 CREATE DATABASE outbox_upgrade_11;
 \c outbox_upgrade_11
-:fingerprint_function;
+:fingerprint_functions;
 
 CREATE EXTENSION outbox VERSION '1.1';
 SELECT extversion FROM pg_extension WHERE extname = 'outbox';
@@ -119,7 +230,7 @@ SELECT outbox._slot_owed(cur_slot) AS slot_still_owed FROM outbox.queue;
 -- The stored timeout is left as it is; the relay holds it to 5 minutes.
 SELECT outbox._timeout_ms(timeout) AS stored_timeout_ms FROM outbox.endpoints;
 
-SELECT pg_temp.outbox_fingerprint() = :'fresh' AS same_as_fresh_install;
+SELECT * FROM pg_temp.outbox_differences(:'fresh');
 
 \c :regress_db
 DROP DATABASE outbox_upgrade_11;
@@ -129,7 +240,7 @@ DROP DATABASE outbox_upgrade_11;
 -- standard-webhooks, as they were, and the grants carry over.
 CREATE DATABASE outbox_upgrade_13;
 \c outbox_upgrade_13
-:fingerprint_function;
+:fingerprint_functions;
 
 CREATE EXTENSION outbox VERSION '1.3';
 CREATE ROLE outbox_upgrade_admin;
@@ -160,7 +271,7 @@ REVOKE EXECUTE ON FUNCTION outbox.create_endpoint(text, text, text[], text, json
                            outbox.alter_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text)
     FROM outbox_upgrade_admin;
 REVOKE USAGE ON SCHEMA outbox FROM outbox_upgrade_admin;
-SELECT pg_temp.outbox_fingerprint() = :'fresh' AS same_as_fresh_install;
+SELECT * FROM pg_temp.outbox_differences(:'fresh');
 
 \c :regress_db
 DROP DATABASE outbox_upgrade_13;

@@ -73,12 +73,15 @@
  * not detach everyone (seen with 2,048 parts at once).
  */
 #define DETACH_AFTER_MS		1500
+#define LAGGARD_MIN_MS		200
 /*
  * A read step reads endpoints' own pages for about this long at most; the
  * next step goes on with the next of them.  An endpoint far behind must
  * not hold up the stream's read (DESIGN.md, "The stream").
  */
 #define OWN_READ_BUDGET_MS	20
+/* Endpoints are loaded at least this often, changed or not. */
+#define ENDPOINTS_RELOAD_MS	10000
 
 static MemoryContext relay_cxt = NULL;
 static HTAB *endpoints = NULL;
@@ -115,6 +118,11 @@ static List *due_again = NIL;
 static List *detaching = NIL;
 static List *attached_now = NIL;
 static int	followers = 0;
+
+/* The endpoints as loaded: the changes they include, when; or stale. */
+static uint64 endpoints_version = 0;
+static TimestampTz endpoints_loaded_at = 0;
+static bool endpoints_stale = true;
 
 /*
  * Set when a read round finds no outbox (of this library's version) here;
@@ -294,7 +302,10 @@ settle(Delivery *d, const char *outcome)
 	b->pending--;
 	b->unrecorded++;
 	if (b->stream != NULL && b->pending == 0)
+	{
+		b->stream->finished++;
 		b->stream->progress_at = GetCurrentTimestamp();
+	}
 }
 
 /*
@@ -398,6 +409,8 @@ detach(RelayEndpoint *ep)
 		return;
 	if (ep->page != NULL && ep->page->stream == stream_page)
 	{
+		if (ep->page->pending > 0)
+			stream_page->finished++;
 		ep->page->stream = NULL;
 		stream_page->parts--;
 		return;
@@ -513,6 +526,7 @@ route_page(StreamPage *p)
 		b->last_id = p->last_id;
 		b->batch_done = p->batch_done;
 		p->parts++;
+		p->routed++;
 		p->refs++;
 		ep->part = b;
 		nchecks += ep->routed;
@@ -600,9 +614,44 @@ route_page(StreamPage *p)
 }
 
 /*
+ * How many events a page of the stream may hold.  One follower gets pages
+ * of outbox.batch_size, as an endpoint reading on its own does; many get
+ * a page large enough to give the relay's slots work, so that endpoints
+ * whose receivers answer slowly have requests in flight side by side
+ * instead of a few each (bench case 11).  No endpoint gets more than
+ * outbox.batch_size of a page (route_page), and outbox.batch_bytes bounds
+ * its memory.
+ */
+static int	relay_slots(void);
+
+static int
+stream_page_size(void)
+{
+	int64		wanted = (int64) outbox_batch_size * followers;
+
+	return (int) Min(wanted, Max(relay_slots(), outbox_batch_size));
+}
+
+/*
+ * Has ep failed lately?  Since its last 2xx, and within longer than a
+ * request of its may take.  An endpoint that fails does not follow the
+ * stream again: a receiver that never answers would hold each page it
+ * gets a part of until it is detached again.  It gets its events on its
+ * own, and follows once it delivers, or once it has been quiet for that
+ * long (an endpoint that gets nothing has nothing to deliver).
+ */
+static bool
+failing(const RelayEndpoint *ep)
+{
+	return ep->consecutive_failures > 0 &&
+		!TimestampDifferenceExceeds(ep->failed_at, GetCurrentTimestamp(),
+									ep->timeout_ms + 1000);
+}
+
+/*
  * The stream's step of a read round, when its page is not in flight:
- * endpoints back where the stream is follow it again, then the next page is
- * read and routed.
+ * endpoints back where the stream is follow it again (not those failing),
+ * then the next page is read and routed.
  */
 static void
 read_stream(void)
@@ -614,8 +663,7 @@ read_stream(void)
 	{
 		RelayEndpoint *ep = (RelayEndpoint *) lfirst(lc);
 
-		if (ep->active && !ep->follows && !ep->detach && ep->page == NULL &&
-			ep->consecutive_failures < CIRCUIT_FAILURES)
+		if (ep->active && !ep->follows && !ep->detach && ep->page == NULL && !failing(ep))
 			candidates = lappend(candidates, ep);
 	}
 	if (candidates != NIL)
@@ -649,7 +697,7 @@ read_stream(void)
 	stream_more = false;
 	if (followers == 0)
 		return;
-	stream_unconfirmed = store_read_stream(outbox_batch_size, relay_cxt);
+	stream_unconfirmed = store_read_stream(stream_page_size(), relay_cxt);
 	if (stream_unconfirmed != NULL)
 		route_page(stream_unconfirmed);
 }
@@ -657,8 +705,8 @@ read_stream(void)
 /*
  * The reading step of read_round: the stream's next page, routed, and what
  * each endpoint that reads on its own is owed, into the unconfirmed list.
- * A full round first loads the endpoints afresh.  An endpoint's requests to
- * read again at once are taken as it reads.
+ * A full round first loads the endpoints again if they changed.  An
+ * endpoint's requests to read again at once are taken as it reads.
  */
 static StepResult
 read_step(void *arg)
@@ -676,8 +724,25 @@ read_step(void *arg)
 		int		   *ids;
 		int			n;
 
-		store_load_endpoints(endpoints, relay_cxt);
-		endpoints_loaded();
+		uint64		version = outbox_endpoints_version();
+		TimestampTz now = GetCurrentTimestamp();
+
+		/*
+		 * Endpoints are loaded again when a transaction that changed them
+		 * committed (outbox._wake_at_commit), and every ENDPOINTS_RELOAD_MS
+		 * for what changes with time alone (a previous secret expiring, an
+		 * endpoint disabled by outbox.disable_after); not every poll: with
+		 * 10,000 endpoints a load took about a tenth of the relay's time.
+		 */
+		if (endpoints_stale || version != endpoints_version ||
+			TimestampDifferenceExceeds(endpoints_loaded_at, now, ENDPOINTS_RELOAD_MS))
+		{
+			endpoints_version = version;
+			endpoints_loaded_at = now;
+			endpoints_stale = false;
+			store_load_endpoints(endpoints, relay_cxt);
+			endpoints_loaded();
+		}
 		/* Retries come due with time, not with commits. */
 		n = store_due_endpoints(&ids);
 		for (int i = 0; i < n; i++)
@@ -757,7 +822,7 @@ read_step(void *arg)
 /*
  * Read the stream's next page and what each endpoint reading on its own is
  * owed: a page of new events and, in a full round (the poll timer, or
- * endpoints changed), due retries and a fresh copy of the endpoints.  One
+ * endpoints changed), due retries and, if they changed, the endpoints.  One
  * short transaction.  Batches go to the active list only once it
  * committed.  Without the extension there is nothing to read, and the
  * relay leaves (main loop).
@@ -809,6 +874,8 @@ read_round(bool full)
 		}
 		list_free(attached_now);
 		attached_now = NIL;
+		/* What was loaded may be half done. */
+		endpoints_stale = true;
 		/* A failed read is not repeated at once: the next full round is. */
 		foreach(lc, own_readers)
 			((RelayEndpoint *) lfirst(lc))->more_page = false;
@@ -821,7 +888,8 @@ read_round(bool full)
 	{
 		stream_page = stream_unconfirmed;
 		stream_unconfirmed = NULL;
-		stream_page->progress_at = GetCurrentTimestamp();
+		stream_page->read_at = GetCurrentTimestamp();
+		stream_page->progress_at = stream_page->read_at;
 	}
 
 	while (!dlist_is_empty(&unconfirmed))
@@ -1009,7 +1077,11 @@ redact_response(const RelayEndpoint *ep, HttpRequest *req)
  * more is kept free for an endpoint that has work next, so that endpoints
  * whose requests hang can never take every slot from one that comes later.
  * The share binds only when the caps of the endpoints with work do not all
- * fit in the slots.
+ * fit in the slots.  But the one share kept free is small beside many
+ * endpoints whose receivers hang: so an endpoint that fails has its cap
+ * halved for each failure in a row, down to one request, and one that
+ * was detached for lagging behind the stream has one, until its next 2xx
+ * gives back the whole cap (endpoint_cap; bench case 12).
  *
  * pump() only looks at endpoints in the ready list, never at all of them:
  * an endpoint goes in when it gets a batch, or when one of its requests
@@ -1038,6 +1110,17 @@ static bool
 may_wait(const Batch *b)
 {
 	return b != NULL && b->pending > 0 && b->next_submit < b->n;
+}
+
+/* How many requests of ep may be in flight, slots permitting. */
+static int
+endpoint_cap(const RelayEndpoint *ep)
+{
+	int			cap = ep->max_in_flight > 0 ? ep->max_in_flight : outbox_endpoint_concurrency;
+
+	if (ep->lagged)
+		return 1;
+	return Max(1, cap >> Min(ep->consecutive_failures, 16));
 }
 
 /* Put an endpoint at the end of the ready list if deliveries may wait. */
@@ -1262,7 +1345,7 @@ pump(void)
 	while (!dlist_is_empty(&ready) && in_flight < slots)
 	{
 		RelayEndpoint *ep = dlist_head_element(RelayEndpoint, ready_node, &ready);
-		int			cap = ep->max_in_flight > 0 ? ep->max_in_flight : outbox_endpoint_concurrency;
+		int			cap = endpoint_cap(ep);
 		int			share = (slots + busy_endpoints) / (busy_endpoints + 1);
 		int			limit = Min(cap, share);
 		PumpStop	due = pump_batch(ep->due, limit, slots);
@@ -1333,9 +1416,15 @@ collect(void)
 		}
 		settle(d, policy_outcome_name(o));
 		if (o == OUTCOME_DELIVERED)
+		{
 			b->ep->consecutive_failures = 0;
+			b->ep->lagged = false;
+		}
 		else
+		{
 			b->ep->consecutive_failures++;
+			b->ep->failed_at = GetCurrentTimestamp();
+		}
 		outbox_count(o == OUTCOME_DELIVERED ? RELAY_DELIVERIES : RELAY_FAILURES, 1);
 		outbox_count(RELAY_RETRIES, d->attempt > 1 ? 1 : 0);
 		outbox_count(RELAY_BYTES, req->body_len);
@@ -1747,10 +1836,14 @@ want_more(void)
 }
 
 /*
- * The stream's page has had no part finish for DETACH_AFTER_MS: the
- * endpoints whose parts are still in flight hold back every other endpoint
- * that follows the stream, and stop following it (their parts become their
- * own pages).  An endpoint alone on the stream holds nobody back.
+ * Endpoints whose parts of the stream's page are still in flight hold back
+ * every other endpoint that follows the stream.  They stop following it
+ * (their parts become their own pages) when the page has had no part
+ * finish for DETACH_AFTER_MS, or sooner when they are the last few: when
+ * at most a tenth of its parts are left and none has finished for as long
+ * as the others took (LAGGARD_MIN_MS at least).  An endpoint whose
+ * receiver never answers then costs the others a fraction of a second,
+ * not its timeout.  An endpoint alone on the stream holds nobody back.
  */
 static void
 detach_laggards(void)
@@ -1758,9 +1851,19 @@ detach_laggards(void)
 	dlist_iter	iter;
 	List	   *slow = NIL;
 	ListCell   *lc;
+	StreamPage *p = stream_page;
+	TimestampTz now = GetCurrentTimestamp();
+	bool		stalled;
+	bool		last_few;
 
-	if (stream_page == NULL || stream_page->parts == 0 || followers <= 1 ||
-		!TimestampDifferenceExceeds(stream_page->progress_at, GetCurrentTimestamp(), DETACH_AFTER_MS))
+	if (p == NULL || p->parts == 0 || followers <= 1)
+		return;
+	stalled = TimestampDifferenceExceeds(p->progress_at, now, DETACH_AFTER_MS);
+	last_few = (p->routed - p->finished) * 10 <= p->routed &&
+		TimestampDifferenceExceeds(p->progress_at, now,
+								   Max(LAGGARD_MIN_MS,
+									   (p->progress_at - p->read_at) / 1000));
+	if (!stalled && !last_few)
 		return;
 	dlist_foreach(iter, &active)
 	{
@@ -1776,6 +1879,7 @@ detach_laggards(void)
 		ereport(DEBUG1,
 				(errmsg("outbox endpoint \"%s\" stops following the stream: its deliveries hold the others back",
 						ep->name)));
+		ep->lagged = true;
 		detach(ep);
 	}
 	list_free(slow);

@@ -64,6 +64,9 @@ typedef struct RelayEndpoint
 	bool		verify_page;	/* skip events already answered with a 2xx: */
 	bool		verify_due;		/* set at start and after a failed record */
 	int			consecutive_failures;	/* since the last 2xx, in this relay */
+	TimestampTz failed_at;		/* its last failure, in this relay */
+	bool		lagged;			/* detached for holding the stream back, and
+								 * no 2xx since */
 	TimestampTz last_warning;	/* last "deliveries are failing" report */
 	int			failures_unreported;
 	/* requests in flight: pump() (DESIGN.md, The relay loop) */
@@ -143,8 +146,12 @@ typedef struct StreamPage
 	int			n;				/* events read */
 	StreamEvent *ev;
 	int			parts;			/* parts not yet recorded whole */
+	int			routed;			/* parts it was routed into */
+	int			finished;		/* of those, parts with every outcome known,
+								 * or taken off it by a detach */
 	int			refs;			/* batches whose deliveries point into it */
 	bool		in_stream;		/* the stream has not moved past it yet */
+	TimestampTz read_at;		/* when its read committed */
 	TimestampTz progress_at;	/* read, or a part finished, last */
 } StreamPage;
 

@@ -8,7 +8,7 @@
  * Callers hold an open transaction with SPI connected and a snapshot
  * pushed (relay.c's bracket).  Plans are prepared once and kept; reading
  * and recording are one statement each (see the relay internals in
- * outbox--1.0.sql).  Results are copied into memory the caller names,
+ * outbox--1.4.sql).  Results are copied into memory the caller names,
  * since SPI's memory ends with SPI_finish().
  *
  *-------------------------------------------------------------------------

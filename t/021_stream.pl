@@ -135,6 +135,12 @@ my $idle_rows = q{SELECT string_agg(p.endpoint_id || ' ' || p.updated_at::text, 
                     FROM outbox.positions p JOIN outbox.endpoints e ON e.id = p.endpoint_id
                    WHERE e.name ~ '^e[0-9]+$' AND substr(e.name, 2)::int > 10};
 my $rows_before = sql($idle_rows);
+# Recording deliveries to endpoints that follow the stream writes none of
+# their rows, not even a lock (a lock is a write: 1.3 locked the row of
+# every endpoint with an outcome in the record).
+my $endpoint_rows = q{SELECT string_agg(e.id || ' ' || e.xmax::text, ',' ORDER BY e.id)
+                        FROM outbox.endpoints e WHERE e.name ~ '^e([1-9]|10)$'};
+my $endpoints_before = sql($endpoint_rows);
 my $stream_before = sql('SELECT updated_at FROM outbox.stream');
 my @ten;
 for my $round (1 .. 20)
@@ -145,6 +151,7 @@ ok(wait_received($log, got_all('/all', @ten)), 'events of ten types delivered');
 ok($node->poll_query_until('postgres', 'SELECT deliveries_waiting = 0 FROM outbox.backlog'),
 	'nothing is waiting');
 is(sql($idle_rows), $rows_before, 'the position rows of the endpoints that got none were not written');
+is(sql($endpoint_rows), $endpoints_before, 'the rows of the endpoints that got them were not locked');
 isnt(sql('SELECT updated_at FROM outbox.stream'), $stream_before, 'the stream moved');
 is(sql('SELECT count(*) FROM outbox._positions WHERE next_snap IS NOT NULL'), '0', 'no batch left open');
 

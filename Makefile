@@ -10,6 +10,7 @@ OBJS = \
 	src/emit.o \
 	src/validate.o \
 	src/sign.o \
+	src/format.o \
 	src/http.o \
 	src/address.o \
 	src/policy.o \

@@ -184,7 +184,10 @@ CREATE TABLE outbox.endpoints (
     created_at      timestamptz NOT NULL DEFAULT now(),
     updated_at      timestamptz NOT NULL DEFAULT now(),
     -- NULL: outbox.endpoint_concurrency
-    max_in_flight   integer CONSTRAINT endpoints_max_in_flight_check CHECK (max_in_flight BETWEEN 1 AND 10000)
+    max_in_flight   integer CONSTRAINT endpoints_max_in_flight_check CHECK (max_in_flight BETWEEN 1 AND 10000),
+    format          text NOT NULL DEFAULT 'standard-webhooks'
+                    CONSTRAINT endpoints_format_check
+                    CHECK (format IN ('standard-webhooks', 'cloudevents', 'cloudevents-binary'))
 );
 COMMENT ON TABLE outbox.endpoints IS 'webhook endpoints and what they subscribe to; change through the endpoint functions';
 COMMENT ON COLUMN outbox.endpoints.event_types IS 'patterns: exact type, "*", or a prefix ending in "*" (e.g. "booking.*")';
@@ -193,6 +196,8 @@ COMMENT ON COLUMN outbox.endpoints.paused IS 'set by pause_endpoint(); events wa
 COMMENT ON COLUMN outbox.endpoints.disabled_at IS 'set when the relay disabled the endpoint (see disabled_reason); events wait';
 COMMENT ON COLUMN outbox.endpoints.max_in_flight IS
     'most requests in flight to this endpoint; NULL: outbox.endpoint_concurrency';
+COMMENT ON COLUMN outbox.endpoints.format IS
+    'what requests look like: standard-webhooks, cloudevents (structured mode) or cloudevents-binary';
 
 -- Delivery health, written by the relay once per recorded batch.  Apart
 -- from outbox.endpoints so that an administrator's open transaction on an
@@ -440,19 +445,6 @@ AS $$
 $$;
 COMMENT ON FUNCTION outbox._like_patterns(text[]) IS 'internal: event-type patterns as LIKE patterns';
 
--- The request body: {"type": ..., "timestamp": RFC 3339, "data": payload}.
--- No SET clause, so that it is inlined into the page query (called per
--- event); its callers pin search_path.
-CREATE FUNCTION outbox._body(event_type text, created_at timestamptz, payload jsonb) RETURNS text
-LANGUAGE sql STABLE STRICT
-AS $$
-    SELECT '{"type":' OPERATOR(pg_catalog.||) pg_catalog.to_json(event_type)::text
-        OPERATOR(pg_catalog.||) ',"timestamp":"'
-        OPERATOR(pg_catalog.||) pg_catalog.to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
-        OPERATOR(pg_catalog.||) '","data":' OPERATOR(pg_catalog.||) payload::text OPERATOR(pg_catalog.||) '}'
-$$;
-COMMENT ON FUNCTION outbox._body(text, timestamptz, jsonb) IS 'internal: the Standard Webhooks request body of an event';
-
 CREATE FUNCTION outbox._header_lines(headers jsonb) RETURNS text[]
 LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
@@ -670,6 +662,14 @@ END
 $$;
 COMMENT ON FUNCTION outbox._check_max_in_flight(integer) IS 'internal: validate an endpoint''s max_in_flight';
 
+-- The format's name, checked, and the endpoint's headers against it: in
+-- cloudevents-binary the relay sets the ce-* headers of the attributes it
+-- maps, and an endpoint may not set them too.
+CREATE FUNCTION outbox._check_format(format text, headers jsonb) RETURNS text
+LANGUAGE c IMMUTABLE AS 'MODULE_PATHNAME', 'outbox_check_format';
+COMMENT ON FUNCTION outbox._check_format(text, jsonb) IS
+    'internal: validate an endpoint''s format, and its headers for that format';
+
 CREATE FUNCTION outbox._endpoint_id(name text) RETURNS integer
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -723,7 +723,8 @@ CREATE FUNCTION outbox.create_endpoint(
     ordered       boolean  DEFAULT false,
     timeout       interval DEFAULT '30 seconds',
     max_attempts  integer  DEFAULT 8,
-    max_in_flight integer  DEFAULT NULL)
+    max_in_flight integer  DEFAULT NULL,
+    format        text     DEFAULT 'standard-webhooks')
 RETURNS text
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -734,6 +735,7 @@ DECLARE
     types     text[];
     hdrs      jsonb;
     the_secret text;
+    fmt       text;
 BEGIN
     IF name IS NULL THEN
         RAISE EXCEPTION 'endpoint name must not be NULL' USING ERRCODE = '22004';
@@ -746,14 +748,15 @@ BEGIN
     IF url IS NULL THEN
         RAISE EXCEPTION 'endpoint url must not be NULL' USING ERRCODE = '22004';
     END IF;
-    IF ordered IS NULL OR timeout IS NULL OR max_attempts IS NULL THEN
-        RAISE EXCEPTION 'ordered, timeout and max_attempts must not be NULL' USING ERRCODE = '22004';
+    IF ordered IS NULL OR timeout IS NULL OR max_attempts IS NULL OR format IS NULL THEN
+        RAISE EXCEPTION 'ordered, timeout, max_attempts and format must not be NULL' USING ERRCODE = '22004';
     END IF;
     the_url := outbox._check_url(url);
     types := outbox._check_event_types(event_types);
     hdrs := outbox._check_headers(coalesce(headers, '{}'));
     PERFORM outbox._check_endpoint_settings(timeout, max_attempts);
     PERFORM outbox._check_max_in_flight(max_in_flight);
+    fmt := outbox._check_format(format, hdrs);
     the_secret := CASE WHEN secret IS NULL THEN outbox._new_secret()
                        ELSE outbox._check_secret(secret) END;
 
@@ -762,8 +765,8 @@ BEGIN
     END IF;
 
     INSERT INTO outbox.endpoints (name, url, event_types, headers, ordered, timeout, max_attempts,
-                                  max_in_flight)
-    VALUES (name, the_url, types, hdrs, ordered, timeout, max_attempts, max_in_flight)
+                                  max_in_flight, format)
+    VALUES (name, the_url, types, hdrs, ordered, timeout, max_attempts, max_in_flight, fmt)
     RETURNING id INTO eid;
     INSERT INTO outbox.endpoint_secrets (endpoint_id, secret) VALUES (eid, the_secret);
     INSERT INTO outbox.endpoint_health (endpoint_id) VALUES (eid);
@@ -775,11 +778,13 @@ EXCEPTION
         RAISE EXCEPTION 'endpoint "%" already exists', name USING ERRCODE = '42710';
 END
 $$;
-COMMENT ON FUNCTION outbox.create_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer) IS
+COMMENT ON FUNCTION outbox.create_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text) IS
     'create a webhook endpoint that receives events emitted from now on; returns its signing secret';
 
 -- max_in_flight 0 goes back to following outbox.endpoint_concurrency; NULL
--- leaves it as it is, as for every other argument.
+-- leaves it as it is, as for every other argument.  The headers and the
+-- format an endpoint ends up with are checked together: changing either
+-- one alone can make a pair the relay would not send.
 CREATE FUNCTION outbox.alter_endpoint(
     name          text,
     url           text     DEFAULT NULL,
@@ -789,7 +794,8 @@ CREATE FUNCTION outbox.alter_endpoint(
     ordered       boolean  DEFAULT NULL,
     timeout       interval DEFAULT NULL,
     max_attempts  integer  DEFAULT NULL,
-    max_in_flight integer  DEFAULT NULL)
+    max_in_flight integer  DEFAULT NULL,
+    format        text     DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -800,6 +806,7 @@ DECLARE
     types   text[];
     hdrs    jsonb;
     the_secret text;
+    cur     outbox.endpoints;
 BEGIN
     IF url IS NOT NULL THEN the_url := outbox._check_url(url); END IF;
     IF event_types IS NOT NULL THEN types := outbox._check_event_types(event_types); END IF;
@@ -807,6 +814,10 @@ BEGIN
     IF secret IS NOT NULL THEN the_secret := outbox._check_secret(secret); END IF;
     PERFORM outbox._check_endpoint_settings(timeout, max_attempts);
     PERFORM outbox._check_max_in_flight(nullif(max_in_flight, 0));
+    -- (locked: a concurrent change of the other half cannot slip between)
+    SELECT * INTO cur FROM outbox.endpoints e WHERE e.id = eid FOR UPDATE;
+    PERFORM outbox._check_format(coalesce(alter_endpoint.format, cur.format),
+                                 coalesce(hdrs, cur.headers));
 
     UPDATE outbox.endpoints e
        SET url = coalesce(the_url, e.url),
@@ -817,6 +828,7 @@ BEGIN
            max_attempts = coalesce(alter_endpoint.max_attempts, e.max_attempts),
            max_in_flight = CASE WHEN alter_endpoint.max_in_flight IS NULL THEN e.max_in_flight
                                 ELSE nullif(alter_endpoint.max_in_flight, 0) END,
+           format = coalesce(alter_endpoint.format, e.format),
            updated_at = now()
      WHERE e.id = eid;
     IF the_secret IS NOT NULL THEN
@@ -827,7 +839,7 @@ BEGIN
     PERFORM outbox._wake_at_commit();
 END
 $$;
-COMMENT ON FUNCTION outbox.alter_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer) IS
+COMMENT ON FUNCTION outbox.alter_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text) IS
     'change an endpoint; NULL leaves a setting as it is';
 
 CREATE FUNCTION outbox.drop_endpoint(name text) RETURNS void
@@ -1078,7 +1090,8 @@ COMMENT ON FUNCTION outbox._unread(integer) IS 'internal: count and oldest of th
 -- outbox.events or set aside in outbox.delayed; the age of what waits
 -- leaves out events not due yet.  max_in_flight is the endpoint's cap (its
 -- own, or outbox.endpoint_concurrency as this session sees it), in_flight
--- its requests in flight now, as the relay last published them.
+-- its requests in flight now, as the relay last published them; format
+-- what its requests look like.
 CREATE VIEW outbox.endpoint_status AS
 SELECT ep.name,
        CASE WHEN ep.disabled_at IS NOT NULL THEN 'disabled'
@@ -1103,7 +1116,8 @@ SELECT ep.name,
        h.backlog_dropped_at,
        coalesce(ep.max_in_flight,
                 current_setting('outbox.endpoint_concurrency', true)::integer) AS max_in_flight,
-       coalesce(f.in_flight, 0) AS in_flight
+       coalesce(f.in_flight, 0) AS in_flight,
+       ep.format
   FROM outbox.endpoints ep
   JOIN outbox.endpoint_health h ON h.endpoint_id = ep.id
   CROSS JOIN LATERAL outbox._unread(ep.id) u
@@ -1117,7 +1131,7 @@ SELECT ep.name,
          WHERE rr.endpoint_id = ep.id AND (e.id IS NOT NULL OR dl.id IS NOT NULL)) r ON true
   LEFT JOIN outbox._in_flight() f ON f.endpoint_id = ep.id;
 COMMENT ON VIEW outbox.endpoint_status IS
-    'one row per endpoint: state and why, events waiting and the age of the oldest, in retry, dead, last success and failure, backlog given up, cap on and requests in flight now';
+    'one row per endpoint: state and why, events waiting and the age of the oldest, in retry, dead, last success and failure, backlog given up, cap on and requests in flight now, format';
 
 -- Retries count as waiting whether their event is in outbox.events or set
 -- aside in outbox.delayed.  The age of what waits leaves out events not
@@ -1292,7 +1306,8 @@ COMMENT ON FUNCTION outbox.health() IS
 CREATE FUNCTION outbox._relay_endpoints()
 RETURNS TABLE (id integer, name text, url text, header_lines text, timeout_ms bigint,
                max_attempts integer, ordered boolean, active boolean, secret text,
-               previous_secret text, event_types text[], follows boolean, max_in_flight integer)
+               previous_secret text, event_types text[], follows boolean, max_in_flight integer,
+               format text)
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off
@@ -1302,7 +1317,7 @@ AS $$
            outbox._timeout_ms(e.timeout), e.max_attempts, e.ordered,
            NOT e.paused AND e.disabled_at IS NULL, s.secret,
            CASE WHEN s.previous_expires_at > now() THEN s.previous_secret END,
-           e.event_types, p.follows, e.max_in_flight
+           e.event_types, p.follows, e.max_in_flight, e.format
       FROM outbox.endpoints e
       JOIN outbox.endpoint_secrets s ON s.endpoint_id = e.id
       JOIN outbox.positions p ON p.endpoint_id = e.id
@@ -1352,10 +1367,13 @@ $$;
 -- in the stream's snapshot) when none is open and there is an event in it;
 -- closes a batch found empty.  The relay routes each event to the
 -- following endpoints that subscribe to its type, and moves the stream
--- past the page when it records the page's last outcomes (_record).
+-- past the page when it records the page's last outcomes (_record).  This
+-- reader and the two below return an event's type, emit time and payload
+-- (as JSON text), of which the relay makes the body of each endpoint's
+-- format (src/format.c).
 CREATE FUNCTION outbox._read_stream(lim integer, max_bytes bigint)
 RETURNS TABLE (id bigint, event_id uuid, event_type text, deliver_at timestamptz, key text,
-               body text, header_lines text[], batch text, bytes_cut boolean)
+               emitted_at timestamptz, data text, header_lines text[], batch text, bytes_cut boolean)
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off
@@ -1387,8 +1405,7 @@ BEGIN
         END IF;
 
         RETURN QUERY
-            SELECT e.id, e.event_id, e.event_type, e.deliver_at, e.key,
-                   outbox._body(e.event_type, e.created_at, e.payload),
+            SELECT e.id, e.event_id, e.event_type, e.deliver_at, e.key, e.created_at, e.payload::text,
                    CASE WHEN e.headers IS NULL THEN '{}' ELSE outbox._header_lines(e.headers) END,
                    st.next_snap::text,
                    (max(e.upto) OVER ()) >= max_bytes
@@ -1499,8 +1516,8 @@ COMMENT ON FUNCTION outbox._attach(integer[]) IS
 -- page.  bytes_cut is true on every row of a page that the byte budget or
 -- the span ended: such a page is not the end of its batch.
 CREATE FUNCTION outbox._read_page(eid integer, lim integer, verify boolean, max_bytes bigint)
-RETURNS TABLE (id bigint, event_id uuid, deliver_at timestamptz, key text,
-               body text, header_lines text[], batch text, blocked boolean,
+RETURNS TABLE (id bigint, event_id uuid, event_type text, deliver_at timestamptz, key text,
+               emitted_at timestamptz, data text, header_lines text[], batch text, blocked boolean,
                delivered boolean, bytes_cut boolean)
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -1562,8 +1579,7 @@ BEGIN
 
         top := (SELECT max(e.id) FROM outbox.events e);
         RETURN QUERY
-            SELECT e.id, e.event_id, e.deliver_at, e.key,
-                   outbox._body(e.event_type, e.created_at, e.payload),
+            SELECT e.id, e.event_id, e.event_type, e.deliver_at, e.key, e.created_at, e.payload::text,
                    CASE WHEN e.headers IS NULL THEN '{}' ELSE outbox._header_lines(e.headers) END,
                    pos.next_snap::text,
                    is_ordered AND e.key IS NOT NULL
@@ -1609,15 +1625,14 @@ COMMENT ON FUNCTION outbox._read_page(integer, integer, boolean, bigint) IS
 -- ending after the one that brings them to max_bytes (one at least).  An
 -- event set aside by rotation is read from outbox.delayed.
 CREATE FUNCTION outbox._read_due(eid integer, lim integer, verify boolean, max_bytes bigint)
-RETURNS TABLE (id bigint, event_id uuid, attempts integer, key text, body text, header_lines text[],
-               delivered boolean)
+RETURNS TABLE (id bigint, event_id uuid, event_type text, attempts integer, key text,
+               emitted_at timestamptz, data text, header_lines text[], delivered boolean)
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off
 SET enable_bitmapscan = off
 AS $$
-    SELECT x.id, x.event_id, x.attempts, x.key,
-           outbox._body(x.event_type, x.created_at, x.payload),
+    SELECT x.id, x.event_id, x.event_type, x.attempts, x.key, x.created_at, x.payload::text,
            CASE WHEN x.headers IS NULL THEN '{}' ELSE outbox._header_lines(x.headers) END,
            -- only a 2xx since it was queued: replay() re-sends on purpose
            verify AND outbox._delivered(eid, x.event_id, x.queued_at)

@@ -474,11 +474,19 @@ case_emit_cost()
 	psql_q -f "$BENCH/sql/emit_reset.sql" >/dev/null
 }
 
-# The request wrk sends: the body of a bench event and the relay's headers.
+# The request wrk sends: the body of a bench event (as a standard-webhooks
+# endpoint gets it, format.c) and the relay's headers.
 write_wrk_request()
 {
-	sql "SELECT outbox._body(event_type, created_at, payload) FROM outbox.events
-	      WHERE event_type = 'bench.event' LIMIT 1" >"$WORK/request"
+	local body_sql
+	body_sql=$(cat <<-'EOF'
+		SELECT '{"type":' || to_json(event_type)::text || ',"timestamp":"'
+		       || to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
+		       || '","data":' || payload::text || '}'
+		  FROM outbox.events WHERE event_type = 'bench.event' LIMIT 1
+	EOF
+	)
+	sql "$body_sql" >"$WORK/request"
 	cat >>"$WORK/request" <<-EOF
 		Content-Type: application/json
 		Accept: */*

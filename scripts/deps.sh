@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # scripts/deps.sh: install the Debian 12 packages that outbox needs to build,
-# test and demo.  Run as root; installs only the packages that are missing,
-# so a second run changes nothing and needs no network.
+# test and demo, and the npm packages of the test receivers in t/node.  Run
+# as root; installs only what is missing, so a second run changes nothing
+# and needs no network.
 set -euo pipefail
 
 PACKAGES=(
@@ -20,18 +21,32 @@ for pkg in "${PACKAGES[@]}"; do
 		missing+=("$pkg")
 	fi
 done
+# Node.js and npm for the receivers of t/node (any node of 18 or later will
+# do: one installed otherwise is used as it is).
+command -v node >/dev/null || missing+=(nodejs)
+command -v npm >/dev/null || missing+=(npm)
 
 if [ ${#missing[@]} -eq 0 ]; then
 	echo "deps: all required packages are installed"
-	exit 0
-fi
-
-if [ "$(id -u)" -ne 0 ]; then
+elif [ "$(id -u)" -ne 0 ]; then
 	echo "deps: missing packages: ${missing[*]}; run as root to install them" >&2
 	exit 1
+else
+	echo "deps: installing ${missing[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -q
+	apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-echo "deps: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -q
-apt-get install -y -q --no-install-recommends "${missing[@]}"
+# The npm packages of t/node (the CloudEvents SDK), exactly as
+# t/node/package-lock.json pins them, into t/node/node_modules.  Done again
+# only when the lock file changed since the last install (a copy of it is
+# kept in node_modules), so a second run needs no network.
+NODE_DIR=$(cd "$(dirname "$0")/../t/node" && pwd)
+if cmp -s "$NODE_DIR/package-lock.json" "$NODE_DIR/node_modules/.outbox-installed-lock" 2>/dev/null; then
+	echo "deps: npm packages of t/node are installed"
+else
+	echo "deps: installing the npm packages of t/node"
+	(cd "$NODE_DIR" && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error)
+	cp "$NODE_DIR/package-lock.json" "$NODE_DIR/node_modules/.outbox-installed-lock"
+fi

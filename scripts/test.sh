@@ -74,6 +74,8 @@ fi
 
 echo "== copying $ROOT to $SCRATCH"
 copy_tree "$ROOT" "$SCRATCH"
+# (ignored by git, so not in copy_tree's list: deps.sh installed them)
+cp -a "$ROOT/t/node/node_modules" "$SCRATCH/t/node/"
 mkdir "$SCRATCH/tmp"
 chown -R postgres:postgres "$SCRATCH"
 

@@ -146,8 +146,8 @@ SELECT extversion FROM pg_extension WHERE extname = 'outbox';
 
 -- Some 1.0 state: an endpoint with its secret, events, an attempt, inbox
 -- rows, grants to a monitoring role on views the updates recreate or
--- change, and to an administrator on a function whose arguments 1.3
--- changes.
+-- change, and to an administrator on a function whose arguments 1.3 and
+-- 1.4 change.
 CREATE ROLE outbox_upgrade_monitor;
 GRANT USAGE ON SCHEMA outbox TO outbox_upgrade_monitor;
 GRANT SELECT ON outbox.attempts, outbox.endpoint_status TO outbox_upgrade_monitor;
@@ -180,14 +180,14 @@ SELECT outbox.mark_processed('billing', 'msg-1') AS again, outbox.mark_processed
 SELECT has_table_privilege('outbox_upgrade_monitor', 'outbox.attempts', 'SELECT') AS attempts,
        has_table_privilege('outbox_upgrade_monitor', 'outbox.endpoint_status', 'SELECT') AS endpoint_status,
        has_function_privilege('outbox_upgrade_admin',
-                              'outbox.create_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer)',
+                              'outbox.create_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text)',
                               'EXECUTE') AS create_endpoint;
 
 -- An updated 1.0 is a fresh install: the same objects, definitions and
 -- dumped tables.  (The grants given above are taken back first.)
 REVOKE SELECT ON outbox.attempts, outbox.endpoint_status FROM outbox_upgrade_monitor;
 REVOKE USAGE ON SCHEMA outbox FROM outbox_upgrade_monitor;
-REVOKE EXECUTE ON FUNCTION outbox.create_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer)
+REVOKE EXECUTE ON FUNCTION outbox.create_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text)
     FROM outbox_upgrade_admin;
 SELECT * FROM pg_temp.outbox_differences(:'fresh');
 
@@ -222,7 +222,7 @@ SELECT extversion FROM pg_extension WHERE extname = 'outbox';
 -- set both aside, the deferred one and the failed one (the slot is still
 -- owed by the endpoint's position, which no relay moved here).
 SELECT name, events_waiting, in_retry FROM outbox.endpoint_status;
-SELECT attempts, body ~ '"data":\{"n": 2\}' AS second_event
+SELECT attempts, event_type, data AS second_event
   FROM outbox._read_due(1, 10, false, 1048576);
 SELECT outbox._set_aside(cur_slot) FROM outbox.queue;
 SELECT d.payload, r.attempts FROM outbox.delayed d JOIN outbox.retries r USING (id);
@@ -234,3 +234,45 @@ SELECT * FROM pg_temp.outbox_differences(:'fresh');
 
 \c :regress_db
 DROP DATABASE outbox_upgrade_11;
+
+-- The same from 1.3, with a grant on create_endpoint and alter_endpoint,
+-- which 1.4 makes again with the format argument: existing endpoints are
+-- standard-webhooks, as they were, and the grants carry over.
+CREATE DATABASE outbox_upgrade_13;
+\c outbox_upgrade_13
+:fingerprint_functions;
+
+CREATE EXTENSION outbox VERSION '1.3';
+CREATE ROLE outbox_upgrade_admin;
+GRANT USAGE ON SCHEMA outbox TO outbox_upgrade_admin;
+GRANT EXECUTE ON FUNCTION outbox.create_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer),
+                          outbox.alter_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer)
+   TO outbox_upgrade_admin;
+SELECT outbox.create_endpoint('up', 'https://example.com/hook', max_in_flight => 4) IS NOT NULL AS created;
+SELECT outbox.emit('order.created', '{"n": 1}', key => 'k1') IS NOT NULL AS emitted;
+
+ALTER EXTENSION outbox UPDATE;
+SELECT extversion FROM pg_extension WHERE extname = 'outbox';
+
+SELECT name, format, max_in_flight FROM outbox.endpoint_status;
+-- The event emitted under 1.3 reads as 1.4's readers return it.
+SELECT r.event_type, r.key, r.data, r.emitted_at = e.created_at AS emit_time
+  FROM outbox._read_page(1, 10, false, 1048576) r JOIN outbox.events e USING (id);
+SELECT has_function_privilege('outbox_upgrade_admin',
+           'outbox.create_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text)',
+           'EXECUTE') AS create_granted,
+       has_function_privilege('outbox_upgrade_admin',
+           'outbox.alter_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text)',
+           'EXECUTE') AS alter_granted;
+SELECT outbox.alter_endpoint('up', format => 'cloudevents');
+SELECT format FROM outbox.endpoints;
+
+REVOKE EXECUTE ON FUNCTION outbox.create_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text),
+                           outbox.alter_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text)
+    FROM outbox_upgrade_admin;
+REVOKE USAGE ON SCHEMA outbox FROM outbox_upgrade_admin;
+SELECT * FROM pg_temp.outbox_differences(:'fresh');
+
+\c :regress_db
+DROP DATABASE outbox_upgrade_13;
+DROP ROLE outbox_upgrade_admin;

@@ -18,6 +18,7 @@
 #include "utils/memutils.h"
 
 #include "address.h"
+#include "format.h"
 #include "guc.h"
 #include "shmem.h"
 
@@ -42,6 +43,7 @@ int			outbox_alert_after = 30;
 char	   *outbox_allowed_networks_text = NULL;
 NetworkList outbox_allowed_networks;
 char	   *outbox_ca_file = NULL;
+char	   *outbox_cloudevents_source = NULL;
 
 static bool
 check_retry_schedule(char **newval, void **extra, GucSource source)
@@ -90,6 +92,23 @@ static void
 assign_allowed_networks(const char *newval, void *extra)
 {
 	memcpy(&outbox_allowed_networks, extra, sizeof(NetworkList));
+}
+
+static bool
+check_cloudevents_source(char **newval, void **extra, GucSource source)
+{
+	if (!outbox_uri_reference_valid(*newval))
+	{
+		GUC_check_errdetail("The source is a URI-reference: letters, digits, \"%%\" and two hex digits, and -._~:/?#[]@!$&'()*+,;= only; empty stands for postgresql:///<database>.");
+		return false;
+	}
+	return true;
+}
+
+static void
+assign_cloudevents_source(const char *newval, void *extra)
+{
+	outbox_format_source_changed();
 }
 
 void
@@ -197,6 +216,14 @@ outbox_guc_init(void)
 							   "",
 							   PGC_SIGHUP, GUC_SUPERUSER_ONLY,
 							   NULL, NULL, NULL);
+
+	DefineCustomStringVariable("outbox.cloudevents_source",
+							   "The source attribute of the CloudEvents the relay sends.",
+							   "A URI-reference; empty: postgresql:///<database>, the relay's database name percent-encoded.",
+							   &outbox_cloudevents_source,
+							   "",
+							   PGC_SIGHUP, 0,
+							   check_cloudevents_source, assign_cloudevents_source, NULL);
 
 	/* The rest are read in SQL through current_setting(). */
 	DefineCustomIntVariable("outbox.retention",

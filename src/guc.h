@@ -27,6 +27,7 @@ extern int	outbox_secret_overlap;
 extern int	outbox_alert_after;
 extern NetworkList outbox_allowed_networks;
 extern char *outbox_ca_file;
+extern char *outbox_cloudevents_source;
 
 extern void outbox_guc_init(void);
 

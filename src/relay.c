@@ -425,6 +425,31 @@ detach(RelayEndpoint *ep)
 }
 
 /*
+ * The body of a stream page's event in an endpoint's format: made once
+ * per event and format, in the page's memory, and shared by the parts of
+ * every endpoint of that format it is routed to.
+ */
+static char *
+stream_body(StreamPage *p, StreamEvent *e, OutboxFormat format)
+{
+	if (e->body[format] == NULL)
+	{
+		MemoryContext old = MemoryContextSwitchTo(p->cxt);
+		EventParts	parts;
+
+		parts.event_id = &e->event_id;
+		parts.type = e->type;
+		parts.emitted_at = e->emitted_at;
+		parts.key = e->key;
+		parts.data = e->data;
+		parts.data_len = e->data_len;
+		e->body[format] = outbox_format_body(format, &parts);
+		MemoryContextSwitchTo(old);
+	}
+	return e->body[format];
+}
+
+/*
  * Route a page of the stream to the endpoints that follow it: each gets its
  * events as one batch, a part of the page, pushed on the unconfirmed list.
  * An endpoint failing without pause stops following instead: it gets probes
@@ -530,8 +555,10 @@ route_page(StreamPage *p)
 			d->prev_same_key = -1;
 			d->id = e->id;
 			d->event_id = e->event_id;
+			d->type = e->type;
+			d->emitted_at = e->emitted_at;
 			d->key = e->key;
-			d->body = e->body;
+			d->body = stream_body(p, e, b->ep->format);
 			d->event_headers = e->headers;
 			d->n_event_headers = e->n_headers;
 			d->deliver_at = e->deliver_at;
@@ -1155,7 +1182,12 @@ relay_slots(void)
 	return slots;
 }
 
-/* Build the signed request of one delivery and hand it to libcurl. */
+/*
+ * Build the signed request of one delivery and hand it to libcurl: the
+ * headers of its endpoint's format, the signature over the body as sent
+ * (in every format), the endpoint's headers, then the event's, except
+ * those the endpoint or the format sets itself.
+ */
 static void
 submit(Delivery *d)
 {
@@ -1166,12 +1198,12 @@ submit(Delivery *d)
 	char		sig[OUTBOX_SIGNATURE_LEN];
 	char		old_sig[OUTBOX_SIGNATURE_LEN];
 	char		line[256];
-	char	   *uuid_str;
+	char	   *format_lines[OUTBOX_FORMAT_MAX_HEADERS];
+	int			n_format_lines;
+	EventParts	parts = {0};
 	ResourceOwner save = CurrentResourceOwner;
 
-	uuid_str = DatumGetCString(DirectFunctionCall1(uuid_out, UUIDPGetDatum(&d->event_id)));
-	strlcpy(d->event_id_str, uuid_str, sizeof(d->event_id_str));
-	pfree(uuid_str);
+	outbox_uuid_text(&d->event_id, d->event_id_str);
 
 	/* pg_hmac may register with a resource owner; we have no transaction. */
 	CurrentResourceOwner = relay_owner;
@@ -1182,7 +1214,15 @@ submit(Delivery *d)
 					d->body, body_len, old_sig);
 	CurrentResourceOwner = save;
 
-	h = add_header(h, "Content-Type: application/json");
+	parts.event_id = &d->event_id;
+	parts.type = d->type;
+	parts.emitted_at = d->emitted_at;
+	parts.key = d->key;
+	n_format_lines = outbox_format_headers(ep->format, &parts, format_lines);
+	for (int i = 0; i < n_format_lines; i++)
+		h = add_header(h, format_lines[i]);
+	for (int i = 1; i < n_format_lines; i++)
+		pfree(format_lines[i]);	/* (the first, Content-Type, is static) */
 	h = add_header(h, "Expect:");
 	snprintf(line, sizeof(line), "webhook-id: %s", d->event_id_str);
 	h = add_header(h, line);
@@ -1199,12 +1239,17 @@ submit(Delivery *d)
 		char	   *save_ptr = NULL;
 
 		for (char *l = strtok_r(copy, "\n", &save_ptr); l; l = strtok_r(NULL, "\n", &save_ptr))
-			h = add_header(h, l);
+			if (!outbox_format_sets_header(ep->format, l))
+				h = add_header(h, l);
 		pfree(copy);
 	}
-	/* The endpoint's own headers win over an event's of the same name. */
+	/*
+	 * The endpoint's own headers win over an event's of the same name, and
+	 * the format's (binary mode's ce-* attributes) over both.
+	 */
 	for (int i = 0; i < d->n_event_headers; i++)
-		if (!endpoint_sets_header(ep, d->event_headers[i]))
+		if (!endpoint_sets_header(ep, d->event_headers[i]) &&
+			!outbox_format_sets_header(ep->format, d->event_headers[i]))
 			h = add_header(h, d->event_headers[i]);
 
 	d->req.url = ep->url;
@@ -1942,6 +1987,8 @@ outbox_relay_main(Datum arg)
 	StartTransactionCommand();
 	dbname = MemoryContextStrdup(relay_cxt, get_database_name(MyDatabaseId));
 	CommitTransactionCommand();
+	/* (and for the CloudEvents source it stands for by default) */
+	outbox_format_set_database(dbname);
 
 	http_start(outbox_max_concurrency);
 	rotate_round(true);

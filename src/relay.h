@@ -12,6 +12,7 @@
 #include "datatype/timestamp.h"
 #include "utils/uuid.h"
 
+#include "format.h"
 #include "http.h"
 #include "policy.h"
 #include "sign.h"
@@ -44,6 +45,7 @@ typedef struct RelayEndpoint
 	char	   *name;
 	char	   *url;
 	char	   *headers;		/* "name: value\n" lines, endpoint's own */
+	OutboxFormat format;		/* what its requests look like */
 	uint8		key[OUTBOX_KEY_MAX];
 	int			keylen;
 	uint8		old_key[OUTBOX_KEY_MAX];
@@ -100,8 +102,10 @@ typedef struct Delivery
 	bool		already;		/* answered with a 2xx before a restart */
 	bool		recorded;		/* its outcome is committed */
 	TimestampTz deliver_at;
+	const char *type;
+	TimestampTz emitted_at;
 	char	   *key;
-	char	   *body;
+	char	   *body;			/* in its endpoint's format */
 	char	  **event_headers;
 	int			n_event_headers;
 	const char *outcome;
@@ -117,7 +121,11 @@ typedef struct StreamEvent
 	char	   *type;
 	TimestampTz deliver_at;		/* 0: none */
 	char	   *key;
-	char	   *body;
+	TimestampTz emitted_at;
+	char	   *data;			/* the payload, JSON text */
+	size_t		data_len;
+	char	   *body[OUTBOX_FORMATS];	/* in each format, made when first
+										 * routed to an endpoint of it */
 	char	  **headers;		/* "name: value" lines */
 	int			n_headers;
 } StreamEvent;

@@ -231,6 +231,14 @@ store_load_endpoints(HTAB *endpoints, MemoryContext cxt)
 		ep->max_in_flight = DatumGetInt32(col_datum(tup, desc, 13, &isnull));
 		if (isnull)
 			ep->max_in_flight = 0;
+		if (!outbox_format_from_name(col_text(tup, desc, 14), &ep->format))
+		{
+			/* (endpoints_format_check: cannot happen) */
+			ereport(WARNING,
+					(errmsg("outbox endpoint \"%s\" has an unknown format; not delivering to it",
+							ep->name)));
+			ep->active = false;
+		}
 	}
 
 	first_load = false;
@@ -286,8 +294,9 @@ copy_header_lines(Datum arr, char ***lines)
 /*
  * Run a read plan (page or due retries) for ep, at most limit events and
  * about outbox.batch_bytes of payload and headers, and copy what both return
- * into a new batch under parent: id, event_id, key, body, header_lines
- * and delivered.  NULL when it returned nothing.  The caller reads its
+ * into a new batch under parent: id, event_id, event_type, key,
+ * emitted_at, header_lines and delivered, and the body in ep's format,
+ * made of the data.  NULL when it returned nothing.  The caller reads its
  * own columns from SPI_tuptable afterwards.
  */
 static Batch *
@@ -301,8 +310,10 @@ read_batch(SPIPlanPtr plan, RelayEndpoint *ep, bool is_page, int limit, bool ver
 	TupleDesc	desc;
 	int			c_id,
 				c_event,
+				c_type,
 				c_key,
-				c_body,
+				c_emitted,
+				c_data,
 				c_headers,
 				c_delivered;
 
@@ -319,8 +330,10 @@ read_batch(SPIPlanPtr plan, RelayEndpoint *ep, bool is_page, int limit, bool ver
 	desc = SPI_tuptable->tupdesc;
 	c_id = SPI_fnumber(desc, "id");
 	c_event = SPI_fnumber(desc, "event_id");
+	c_type = SPI_fnumber(desc, "event_type");
 	c_key = SPI_fnumber(desc, "key");
-	c_body = SPI_fnumber(desc, "body");
+	c_emitted = SPI_fnumber(desc, "emitted_at");
+	c_data = SPI_fnumber(desc, "data");
 	c_headers = SPI_fnumber(desc, "header_lines");
 	c_delivered = SPI_fnumber(desc, "delivered");
 
@@ -331,13 +344,24 @@ read_batch(SPIPlanPtr plan, RelayEndpoint *ep, bool is_page, int limit, bool ver
 		HeapTuple	tup = SPI_tuptable->vals[i];
 		Delivery   *d = &b->d[i];
 		bool		isnull;
+		text	   *data;
+		EventParts	parts;
 
 		d->batch = b;
 		d->prev_same_key = -1;
 		d->id = DatumGetInt64(col_datum(tup, desc, c_id, &isnull));
 		memcpy(&d->event_id, DatumGetUUIDP(col_datum(tup, desc, c_event, &isnull)), sizeof(pg_uuid_t));
+		d->type = col_text(tup, desc, c_type);
 		d->key = col_text(tup, desc, c_key);
-		d->body = TextDatumGetCString(col_datum(tup, desc, c_body, &isnull));
+		d->emitted_at = DatumGetTimestampTz(col_datum(tup, desc, c_emitted, &isnull));
+		data = DatumGetTextPP(col_datum(tup, desc, c_data, &isnull));
+		parts.event_id = &d->event_id;
+		parts.type = d->type;
+		parts.emitted_at = d->emitted_at;
+		parts.key = d->key;
+		parts.data = VARDATA_ANY(data);
+		parts.data_len = VARSIZE_ANY_EXHDR(data);
+		d->body = outbox_format_body(ep->format, &parts);
 		d->n_event_headers = copy_header_lines(col_datum(tup, desc, c_headers, &isnull),
 											   &d->event_headers);
 		d->already = DatumGetBool(col_datum(tup, desc, c_delivered, &isnull));
@@ -364,7 +388,8 @@ store_read_page(RelayEndpoint *ep, int limit, MemoryContext parent)
 	{
 		Oid			types[4] = {INT4OID, INT4OID, BOOLOID, INT8OID};
 
-		page_plan = outbox_prepare_kept("SELECT id, event_id, deliver_at, key, body, header_lines, batch, blocked, delivered, bytes_cut "
+		page_plan = outbox_prepare_kept("SELECT id, event_id, event_type, deliver_at, key, emitted_at, data, header_lines, batch, "
+										"blocked, delivered, bytes_cut "
 										"FROM outbox._read_page($1, $2, $3, $4)", 4, types);
 	}
 	b = read_batch(page_plan, ep, true, limit, ep->verify_page, parent);
@@ -417,7 +442,7 @@ store_read_due(RelayEndpoint *ep, int limit, MemoryContext parent)
 	{
 		Oid			types[4] = {INT4OID, INT4OID, BOOLOID, INT8OID};
 
-		due_plan = outbox_prepare_kept("SELECT id, event_id, attempts, key, body, header_lines, delivered "
+		due_plan = outbox_prepare_kept("SELECT id, event_id, event_type, attempts, key, emitted_at, data, header_lines, delivered "
 									   "FROM outbox._read_due($1, $2, $3, $4)", 4, types);
 	}
 	b = read_batch(due_plan, ep, false, limit, ep->verify_due, parent);
@@ -453,7 +478,8 @@ build_array(Datum *values, bool *nulls, int n, Oid type)
 /*
  * The next page of the stream (outbox._read_stream), or NULL when it has
  * nothing: events of every type, copied into a new memory context under
- * parent.
+ * parent.  Bodies are made as events are routed, in the formats of the
+ * endpoints they go to (relay.c).
  */
 StreamPage *
 store_read_stream(int limit, MemoryContext parent)
@@ -470,8 +496,8 @@ store_read_stream(int limit, MemoryContext parent)
 	{
 		Oid			types[2] = {INT4OID, INT8OID};
 
-		stream_plan = outbox_prepare_kept("SELECT id, event_id, event_type, deliver_at, key, body, "
-										  "header_lines, batch, bytes_cut "
+		stream_plan = outbox_prepare_kept("SELECT id, event_id, event_type, deliver_at, key, emitted_at, "
+										  "data, header_lines, batch, bytes_cut "
 										  "FROM outbox._read_stream($1, $2)", 2, types);
 	}
 	args[0] = Int32GetDatum(limit);
@@ -500,14 +526,16 @@ store_read_stream(int limit, MemoryContext parent)
 		v = col_datum(tup, desc, 4, &isnull);
 		e->deliver_at = isnull ? 0 : DatumGetTimestampTz(v);
 		e->key = col_text(tup, desc, 5);
-		e->body = TextDatumGetCString(col_datum(tup, desc, 6, &isnull));
-		e->n_headers = copy_header_lines(col_datum(tup, desc, 7, &isnull), &e->headers);
+		e->emitted_at = DatumGetTimestampTz(col_datum(tup, desc, 6, &isnull));
+		e->data = TextDatumGetCString(col_datum(tup, desc, 7, &isnull));
+		e->data_len = strlen(e->data);
+		e->n_headers = copy_header_lines(col_datum(tup, desc, 8, &isnull), &e->headers);
 	}
-	p->snap = col_text(SPI_tuptable->vals[0], desc, 8);
+	p->snap = col_text(SPI_tuptable->vals[0], desc, 9);
 	p->last_id = p->ev[p->n - 1].id;
 	/* As for an endpoint's page: a page the byte budget ended is no end. */
 	p->batch_done = p->n < limit &&
-		!DatumGetBool(col_datum(SPI_tuptable->vals[p->n - 1], desc, 9, &isnull));
+		!DatumGetBool(col_datum(SPI_tuptable->vals[p->n - 1], desc, 10, &isnull));
 	MemoryContextSwitchTo(old);
 	SPI_freetuptable(SPI_tuptable);
 	p->in_stream = true;

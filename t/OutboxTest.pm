@@ -1,7 +1,8 @@
 # t/OutboxTest.pm: helpers shared by the TAP tests: a node with the library
 # preloaded, the test receiver, and reading what it received (exported by
-# default); running SQL, quoting, finding the relay, changing settings and
-# waiting for the server log (exported with ':all').
+# default); running SQL, quoting, finding the relay, changing settings,
+# waiting for the server log and the CloudEvents receiver (exported with
+# ':all').
 #
 # t/008_hostile.pl (sql, lit, relay_pid) and t/012_retention.pl (sql, on
 # a session of its own) still define their own and import only the default
@@ -19,7 +20,8 @@ use Scalar::Util qw(blessed);
 use Time::HiRes qw(usleep);
 
 our @EXPORT = qw(outbox_node start_receiver received wait_received ids_at got_all);
-our @EXPORT_OK = qw(sql lit relay_pid wait_for_relay attempts reload_with log_wait outbox_version);
+our @EXPORT_OK = qw(sql lit relay_pid wait_for_relay attempts reload_with log_wait outbox_version
+  start_cloudevents_receiver);
 our %EXPORT_TAGS = (all => [ @EXPORT, @EXPORT_OK ]);
 
 # The node outbox_node() made last: what sql() and its kin use by default.
@@ -168,26 +170,48 @@ sub outbox_version
 	return $1;
 }
 
-# start_receiver([$host]): start t/webhook_receiver.py listening on $host
-# (127.0.0.1); returns (base URL, log path, harness).
-sub start_receiver
+# Start a receiver script given as a command (its arguments up to
+# --log, --port-file and --host, which are added) listening on $host;
+# returns (base URL, log path, harness).  It is stopped however the test
+# ends.
+sub _start_logging_receiver
 {
-	my ($host) = @_;
-	$host //= '127.0.0.1';
+	my ($cmd, $host) = @_;
 	my $dir = PostgreSQL::Test::Utils::tempdir();
 	my $log = "$dir/received.jsonl";
 	my $port_file = "$dir/port";
-	my $script = dirname(__FILE__) . '/webhook_receiver.py';
 	my $h = IPC::Run::start(
-		[ 'python3', $script, '--log', $log, '--port-file', $port_file, '--host', $host ]);
+		[ @$cmd, '--log', $log, '--port-file', $port_file, '--host', $host ]);
 	push @receivers, $h;
 	for (my $i = 0; $i < 100 && !-e $port_file; $i++)
 	{
 		usleep(100_000);
 	}
-	die "receiver did not start" unless -e $port_file;
+	die "receiver did not start: @$cmd" unless -e $port_file;
 	my $port = PostgreSQL::Test::Utils::slurp_file($port_file);
 	return ("http://$host:$port", $log, $h);
+}
+
+# start_receiver([$host]): start t/webhook_receiver.py listening on $host
+# (127.0.0.1); returns (base URL, log path, harness).
+sub start_receiver
+{
+	my ($host) = @_;
+	return _start_logging_receiver([ 'python3', dirname(__FILE__) . '/webhook_receiver.py' ],
+		$host // '127.0.0.1');
+}
+
+# start_cloudevents_receiver($secret): start t/node/cloudevents_receiver.js
+# on 127.0.0.1, which reads every request with the CloudEvents SDK and
+# checks its signature with $secret (the script's header says what it logs); returns (base
+# URL, log path, harness).  Its npm packages are scripts/deps.sh's.
+sub start_cloudevents_receiver
+{
+	my ($secret) = @_;
+	my $script = dirname(__FILE__) . '/node/cloudevents_receiver.js';
+	die 't/node/node_modules is missing: run scripts/deps.sh (npm ci in t/node)'
+	  unless -d dirname(__FILE__) . '/node/node_modules/cloudevents';
+	return _start_logging_receiver([ 'node', $script, '--secret', $secret ], '127.0.0.1');
 }
 
 # Everything the receiver logged, as a list of hashes.

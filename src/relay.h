@@ -152,6 +152,8 @@ typedef struct StreamPage
 	int			refs;			/* batches whose deliveries point into it */
 	bool		in_stream;		/* the stream has not moved past it yet */
 	TimestampTz read_at;		/* when its read committed */
+	int			answered;		/* requests of its parts answered (or not) */
+	int			slow_answers;	/* of those, taking SLOW_ANSWER_MS or more */
 	TimestampTz progress_at;	/* read, or a part finished, last */
 } StreamPage;
 

@@ -1896,6 +1896,11 @@ BEGIN
             OR h.failing_since < now() - outbox._setting_interval('outbox.disable_after', '5 days'))
        AND ep.id IN (SELECT id FROM outbox.endpoints WHERE id IN (SELECT endpoint_id FROM asked)
                         FOR NO KEY UPDATE SKIP LOCKED);
+    -- The relay loads its endpoints again once this commits: one disabled
+    -- for outbox.disable_after is not sent to any more.
+    IF FOUND THEN
+        PERFORM outbox._wake_at_commit();
+    END IF;
     RETURN locked;
 END
 $$;

@@ -73,7 +73,13 @@
  * not detach everyone (seen with 2,048 parts at once).
  */
 #define DETACH_AFTER_MS		1500
+/*
+ * The last tenth of a page's parts are laggards sooner: after as long as
+ * the others took, this at least.  And a page whose laggards are most of
+ * the followers, while nothing was answered at all, waits at most this.
+ */
 #define LAGGARD_MIN_MS		200
+#define DETACH_HOLD_MS		6000
 /*
  * A read step reads endpoints' own pages for about this long at most; the
  * next step goes on with the next of them.  An endpoint far behind must
@@ -125,6 +131,10 @@ static int	followers = 0;
 static uint64 endpoints_version = 0;
 static TimestampTz endpoints_loaded_at = 0;
 static bool endpoints_stale = true;
+static uint64 version_before_read = 0;
+
+/* When a request last finished, of any endpoint (detach_laggards). */
+static TimestampTz last_answer_at = 0;
 
 /*
  * Set when a read round finds no outbox (of this library's version) here;
@@ -661,8 +671,9 @@ size_stream_pages(const StreamPage *p)
 }
 
 /*
- * Has ep failed lately?  Since its last 2xx, and within longer than a
- * request of its may take.  An endpoint that fails does not follow the
+ * Has ep failed lately?  A failure that asks to try again (no answer in
+ * time, a 5xx, a 429) since its last definite answer, within longer than
+ * one of its requests may take.  An endpoint that fails does not follow the
  * stream again: a receiver that never answers would hold each page it
  * gets a part of until it is detached again.  It gets its events on its
  * own, and follows once it delivers, or once it has been quiet for that
@@ -671,7 +682,7 @@ size_stream_pages(const StreamPage *p)
 static bool
 failing(const RelayEndpoint *ep)
 {
-	return ep->consecutive_failures > 0 &&
+	return ep->retry_failures > 0 &&
 		!TimestampDifferenceExceeds(ep->failed_at, GetCurrentTimestamp(),
 									ep->timeout_ms + 1000);
 }
@@ -691,7 +702,8 @@ read_stream(void)
 	{
 		RelayEndpoint *ep = (RelayEndpoint *) lfirst(lc);
 
-		if (ep->active && !ep->follows && !ep->detach && ep->page == NULL && !failing(ep))
+		if (ep->active && !ep->follows && !ep->detach && ep->page == NULL &&
+			ep->consecutive_failures < CIRCUIT_FAILURES && !failing(ep))
 			candidates = lappend(candidates, ep);
 	}
 	if (candidates != NIL)
@@ -746,7 +758,7 @@ own_page_size(const RelayEndpoint *ep)
 {
 	if (ep->consecutive_failures >= CIRCUIT_FAILURES)
 		return 1;
-	if (ep->lagged || ep->consecutive_failures > 0)
+	if (ep->lagged || ep->retry_failures > 0)
 		return Min(outbox_batch_size, 2 * endpoint_cap(ep));
 	return outbox_batch_size;
 }
@@ -773,7 +785,7 @@ read_step(void *arg)
 		int		   *ids;
 		int			n;
 
-		uint64		version = outbox_endpoints_version();
+		uint64		version = version_before_read;
 		TimestampTz now = GetCurrentTimestamp();
 
 		/*
@@ -872,6 +884,12 @@ read_round(bool full)
 {
 	ListCell   *lc;
 
+	/*
+	 * Read before the step's snapshot: a change committed after this read
+	 * bumps the version again (at commit, once visible), so the load never
+	 * misses a change it counts as loaded.
+	 */
+	version_before_read = outbox_endpoints_version();
 	if (run_step("outbox: reading events", read_step, &full) != STEP_DONE)
 	{
 		dlist_mutable_iter iter;
@@ -938,6 +956,7 @@ read_round(bool full)
 
 		b->pending = b->n;
 		b->last_flush = GetCurrentTimestamp();
+		b->answered_at = b->last_flush;
 		for (int i = 0; i < b->n; i++)
 		{
 			Delivery   *d = &b->d[i];
@@ -1160,7 +1179,7 @@ endpoint_cap(const RelayEndpoint *ep)
 
 	if (ep->lagged)
 		return 1;
-	return Max(1, cap >> Min(ep->consecutive_failures, 16));
+	return Max(1, cap >> Min(ep->retry_failures, 16));
 }
 
 /* Put an endpoint at the end of the ready list if deliveries may wait. */
@@ -1436,8 +1455,10 @@ collect(void)
 		Delivery   *d = (Delivery *) req->owner;
 		Batch	   *b = d->batch;
 		Outcome		o;
+		bool		retry_class;
 
 		redact_response(b->ep, req);
+		last_answer_at = b->answered_at = GetCurrentTimestamp();
 		if (b->stream != NULL)
 		{
 			b->stream->answered++;
@@ -1450,6 +1471,7 @@ collect(void)
 		if (policy_wants_disable(o, req->delivery[0] ? req->delivery : NULL))
 			b->disable_reason = req->status == 410 ? "410 Gone" :
 				"the receiver answered webhook-delivery: disable";
+		retry_class = o == OUTCOME_RETRY;
 		if (o == OUTCOME_RETRY && d->attempt >= b->ep->max_attempts)
 			o = OUTCOME_DEAD;
 		if (o == OUTCOME_RETRY || o == OUTCOME_DISABLE)
@@ -1462,14 +1484,24 @@ collect(void)
 		}
 		settle(d, policy_outcome_name(o));
 		if (o == OUTCOME_DELIVERED)
-		{
 			b->ep->consecutive_failures = 0;
-			b->ep->lagged = false;
+		else
+			b->ep->consecutive_failures++;
+		/*
+		 * What cuts the endpoint's cap: no answer in time, or one that
+		 * asks to try again (retry_failures).  A definite answer, a 4xx
+		 * that dead-letters an event included, shows a receiver that
+		 * answers.
+		 */
+		if (retry_class)
+		{
+			b->ep->retry_failures++;
+			b->ep->failed_at = GetCurrentTimestamp();
 		}
 		else
 		{
-			b->ep->consecutive_failures++;
-			b->ep->failed_at = GetCurrentTimestamp();
+			b->ep->retry_failures = 0;
+			b->ep->lagged = false;
 		}
 		outbox_count(o == OUTCOME_DELIVERED ? RELAY_DELIVERIES : RELAY_FAILURES, 1);
 		outbox_count(RELAY_RETRIES, d->attempt > 1 ? 1 : 0);
@@ -1884,18 +1916,19 @@ want_more(void)
 
 /*
  * Endpoints whose parts of the stream's page are still in flight hold back
- * every other endpoint that follows the stream.  They stop following it
- * (their parts become their own pages) when the page has had no part
- * finish for DETACH_AFTER_MS and they are at most half of the followers,
- * or sooner when they are the last few: when at most a tenth of its parts
- * are left and none has finished for as long as the others took
- * (LAGGARD_MIN_MS at least).  An endpoint whose receiver never answers
- * then costs the others a fraction of a second, not its timeout.  When
- * most of the followers wait on their own parts, nobody holds them back:
- * the stall is the relay's or a shared receiver's, and detaching them all
- * would only make each read on its own (seen in bench case 12 with a
- * starved relay: 900 endpoints detached at once).  An endpoint alone on
- * the stream holds nobody back.
+ * every other endpoint that follows the stream.  A part is a laggard when
+ * it has had no answer for a while (so a large part that is answered
+ * steadily is not one): DETACH_AFTER_MS, or, once at most a tenth of the
+ * page's parts are left, as long as the others took to finish (at least
+ * LAGGARD_MIN_MS), so that a receiver that never answers costs the others
+ * a fraction of a second, not its timeout.  Laggards stop following (their
+ * parts become their own pages) and are lagged: one request at a time
+ * until an answer (endpoint_cap).  But when most followers are laggards
+ * and nothing at all was answered lately, the relay itself, or every
+ * receiver, may be stalled: detaching them all would only make each read
+ * on its own (seen once in bench case 12 with a starved relay: 900
+ * endpoints detached at once).  Then the page waits, up to DETACH_HOLD_MS.
+ * An endpoint alone on the stream holds nobody back.
  */
 static void
 detach_laggards(void)
@@ -1905,25 +1938,28 @@ detach_laggards(void)
 	ListCell   *lc;
 	StreamPage *p = stream_page;
 	TimestampTz now = GetCurrentTimestamp();
-	bool		stalled;
-	bool		last_few;
+	long		wait = DETACH_AFTER_MS;
 
 	if (p == NULL || p->parts == 0 || followers <= 1)
 		return;
-	stalled = TimestampDifferenceExceeds(p->progress_at, now, DETACH_AFTER_MS) &&
-		(p->routed - p->finished) * 2 <= followers;
-	last_few = (p->routed - p->finished) * 10 <= p->routed &&
-		TimestampDifferenceExceeds(p->progress_at, now,
-								   Max(LAGGARD_MIN_MS,
-									   (p->progress_at - p->read_at) / 1000));
-	if (!stalled && !last_few)
+	if ((p->routed - p->finished) * 10 <= p->routed)
+		wait = Max(LAGGARD_MIN_MS, (p->progress_at - p->read_at) / 1000);
+	if (!TimestampDifferenceExceeds(p->progress_at, now, wait))
 		return;
 	dlist_foreach(iter, &active)
 	{
 		Batch	   *b = dlist_container(Batch, node, iter.cur);
 
-		if (b->stream == stream_page && b->pending > 0)
+		if (b->stream == p && b->pending > 0 &&
+			TimestampDifferenceExceeds(b->answered_at, now, wait))
 			slow = lappend(slow, b->ep);
+	}
+	if (list_length(slow) * 2 > followers &&
+		TimestampDifferenceExceeds(last_answer_at, now, DETACH_AFTER_MS) &&
+		!TimestampDifferenceExceeds(p->progress_at, now, DETACH_HOLD_MS))
+	{
+		list_free(slow);
+		return;
 	}
 	foreach(lc, slow)
 	{

@@ -64,9 +64,11 @@ typedef struct RelayEndpoint
 	bool		verify_page;	/* skip events already answered with a 2xx: */
 	bool		verify_due;		/* set at start and after a failed record */
 	int			consecutive_failures;	/* since the last 2xx, in this relay */
-	TimestampTz failed_at;		/* its last failure, in this relay */
+	int			retry_failures; /* of those, in a row, that ask to try again:
+								 * no answer in time, a 5xx, a 429 */
+	TimestampTz failed_at;		/* the last of those, in this relay */
 	bool		lagged;			/* detached for holding the stream back, and
-								 * no 2xx since */
+								 * no definite answer since */
 	TimestampTz last_warning;	/* last "deliveries are failing" report */
 	int			failures_unreported;
 	/* requests in flight: pump() (DESIGN.md, The relay loop) */
@@ -178,6 +180,8 @@ typedef struct Batch
 	Delivery   *d;
 	const char *disable_reason;
 	TimestampTz last_flush;		/* when finished deliveries were last recorded */
+	TimestampTz answered_at;	/* when a request of it last finished (or it
+								 * was read) */
 	bool		record_failed;	/* the last record failed or was refused */
 	dlist_node	node;			/* in the relay's list of batches */
 	bool		pumped;			/* pump() has seen it (its endpoint readied) */

@@ -9,7 +9,9 @@
 \echo Use "ALTER EXTENSION outbox UPDATE TO '1.4'" to load this file. \quit
 
 -- _record locks only the rows it writes: the health rows it updates and
--- the endpoints it may disable.  In 1.3 it locked the endpoint row and the
+-- the endpoints it may disable.  It wakes the relay when it disables one,
+-- and a failure after a success in the same record starts a new failing
+-- period.  In 1.3 it locked the endpoint row and the
 -- health row of every endpoint with an outcome in the record, a write per
 -- endpoint and record (with thousands of endpoints on a stream page, a
 -- write per delivery).
@@ -167,7 +169,11 @@ BEGIN
                                        ELSE (SELECT count(*) FROM a
                                               WHERE a.endpoint_id = s.endpoint_id AND a.n > s.last_ok
                                                 AND a.outcome <> 'delivered') END,
+           -- a failure after a success of this record starts a new failing
+           -- period (before 1.4 it kept the old one: an endpoint that had
+           -- just delivered could be disabled for no success since then)
            failing_since = CASE WHEN s.last_ok IS NOT NULL AND coalesce(s.last_fail < s.last_ok, true) THEN NULL
+                                WHEN s.last_ok IS NOT NULL THEN now()
                                 WHEN s.fails > 0 THEN coalesce(h.failing_since, now())
                                 ELSE h.failing_since END
       FROM s

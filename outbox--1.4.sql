@@ -1859,7 +1859,11 @@ BEGIN
                                        ELSE (SELECT count(*) FROM a
                                               WHERE a.endpoint_id = s.endpoint_id AND a.n > s.last_ok
                                                 AND a.outcome <> 'delivered') END,
+           -- a failure after a success of this record starts a new failing
+           -- period (before 1.4 it kept the old one: an endpoint that had
+           -- just delivered could be disabled for no success since then)
            failing_since = CASE WHEN s.last_ok IS NOT NULL AND coalesce(s.last_fail < s.last_ok, true) THEN NULL
+                                WHEN s.last_ok IS NOT NULL THEN now()
                                 WHEN s.fails > 0 THEN coalesce(h.failing_since, now())
                                 ELSE h.failing_since END
       FROM s

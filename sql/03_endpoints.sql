@@ -288,3 +288,20 @@ SELECT f AS call, try(f) AS result
          $$SELECT outbox.resume_endpoint('nope')$$,
          $$SELECT outbox.endpoint_secret('nope')$$
        ]) AS f;
+
+-- Recording: a failure after a success in the same record starts a new
+-- failing period.  (Before 1.4 the old failing_since stayed, and an
+-- endpoint that had just delivered could be disabled for no success
+-- since then.)
+SELECT outbox.create_endpoint('fs', 'http://127.0.0.1:9/fs', ARRAY['fs.t']) IS NOT NULL AS created;
+UPDATE outbox.endpoint_health SET failing_since = now() - interval '1 day', consecutive_failures = 7
+ WHERE endpoint_id = outbox._endpoint_id('fs');
+SELECT outbox._record(ARRAY[
+         ROW(outbox._endpoint_id('fs'), 1, gen_random_uuid(), 1, 'delivered', NULL, 200, NULL, 1, 'ok', NULL)::outbox.outcome,
+         ROW(outbox._endpoint_id('fs'), 2, gen_random_uuid(), 1, 'retry', now() + interval '1 hour', 500, 'no', 1, 'no', NULL)::outbox.outcome],
+       '{}', '{}') AS held;
+SELECT failing_since > now() - interval '1 minute' AS new_period, consecutive_failures,
+       last_failure_status
+  FROM outbox.endpoint_health WHERE endpoint_id = outbox._endpoint_id('fs');
+SELECT disabled_at IS NULL AS enabled FROM outbox.endpoints WHERE name = 'fs';
+SELECT outbox.drop_endpoint('fs');

@@ -1308,6 +1308,7 @@ submit(Delivery *d)
 		http_submit(&d->req);
 	ep->in_flight++;
 	in_flight++;
+	d->batch->answered_at = GetCurrentTimestamp();	/* its clock starts */
 	update_busy(ep);
 	show_in_flight(ep);
 }
@@ -1917,11 +1918,16 @@ want_more(void)
 /*
  * Endpoints whose parts of the stream's page are still in flight hold back
  * every other endpoint that follows the stream.  A part is a laggard when
- * it has had no answer for a while (so a large part that is answered
- * steadily is not one): DETACH_AFTER_MS, or, once at most a tenth of the
- * page's parts are left, as long as the others took to finish (at least
- * LAGGARD_MIN_MS), so that a receiver that never answers costs the others
- * a fraction of a second, not its timeout.  Laggards stop following (their
+ * it has requests in flight and has had no answer, nor sent anything, for
+ * a while (a large part answered steadily is none, nor one whose requests
+ * wait for slots): DETACH_AFTER_MS while no part of the page
+ * finished, or, once at most a tenth of the page's parts are left, as long
+ * as the others took to finish (at least LAGGARD_MIN_MS, at most
+ * DETACH_AFTER_MS), counted from its own last answer, not from the others'
+ * last finish: parts of healthy endpoints that trickle in late must not
+ * put it off again and again (seen in bench case 12: the page waited 2.2 s
+ * for 100 endpoints that never answer).  A receiver that never answers
+ * then costs the others a fraction of a second, not its timeout.  Laggards stop following (their
  * parts become their own pages) and are lagged: one request at a time
  * until an answer (endpoint_cap).  But when most followers are laggards
  * and nothing at all was answered lately, the relay itself, or every
@@ -1943,14 +1949,15 @@ detach_laggards(void)
 	if (p == NULL || p->parts == 0 || followers <= 1)
 		return;
 	if ((p->routed - p->finished) * 10 <= p->routed)
-		wait = Max(LAGGARD_MIN_MS, (p->progress_at - p->read_at) / 1000);
-	if (!TimestampDifferenceExceeds(p->progress_at, now, wait))
+		wait = Max(LAGGARD_MIN_MS,
+				   Min((p->progress_at - p->read_at) / 1000, DETACH_AFTER_MS));
+	else if (!TimestampDifferenceExceeds(p->progress_at, now, DETACH_AFTER_MS))
 		return;
 	dlist_foreach(iter, &active)
 	{
 		Batch	   *b = dlist_container(Batch, node, iter.cur);
 
-		if (b->stream == p && b->pending > 0 &&
+		if (b->stream == p && b->pending > 0 && b->ep->in_flight > 0 &&
 			TimestampDifferenceExceeds(b->answered_at, now, wait))
 			slow = lappend(slow, b->ep);
 	}
@@ -2157,6 +2164,9 @@ outbox_relay_main(Datum arg)
 		/* Sleep on the latch, libcurl's sockets and the poll timer at once. */
 		until_poll = outbox_poll_interval -
 			TimestampDifferenceMilliseconds(last_read, GetCurrentTimestamp());
+		/* A page with parts in flight is looked at for laggards meanwhile. */
+		if (stream_page != NULL && stream_page->parts > 0 && followers > 1)
+			until_poll = Min(until_poll, LAGGARD_MIN_MS / 2);
 		step_start = GetCurrentTimestamp();
 		waiting_on_http = in_flight > 0;
 		if (http_wait(Max(until_poll, 0)))

@@ -180,8 +180,8 @@ typedef struct Batch
 	Delivery   *d;
 	const char *disable_reason;
 	TimestampTz last_flush;		/* when finished deliveries were last recorded */
-	TimestampTz answered_at;	/* when a request of it last finished (or it
-								 * was read) */
+	TimestampTz answered_at;	/* when a request of it was last sent or
+								 * finished (or it was read) */
 	bool		record_failed;	/* the last record failed or was refused */
 	dlist_node	node;			/* in the relay's list of batches */
 	bool		pumped;			/* pump() has seen it (its endpoint readied) */

@@ -46,7 +46,9 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
+#include "delivery.h"
 #include "guc.h"
+#include "policy.h"
 #include "route.h"
 #include "sender.h"
 #include "shmem.h"

@@ -8,7 +8,7 @@
 #ifndef OUTBOX_STORE_H
 #define OUTBOX_STORE_H
 
-#include "relay.h"
+#include "delivery.h"
 
 /*
  * OUTBOX_VERSION, the version of the extension's SQL this library works

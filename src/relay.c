@@ -350,13 +350,124 @@ link_same_key(Batch *b)
 	}
 }
 
+static void
+free_endpoint_strings(RelayEndpoint *ep)
+{
+	pfree(ep->name);
+	pfree(ep->url);
+	pfree(ep->headers);
+	for (int i = 0; i < ep->npatterns; i++)
+		pfree(ep->patterns[i]);
+	if (ep->patterns)
+		pfree(ep->patterns);
+	ep->patterns = NULL;
+	ep->npatterns = 0;
+}
+
+/*
+ * Refresh the endpoint table from SQL (in a read step).  Each row's strings
+ * are taken over by its entry.  Entries that disappeared and have nothing
+ * in flight are removed; those with something in flight stay inactive until
+ * it finishes.
+ */
+static void
+load_endpoints(void)
+{
+	static bool first_load = true;	/* since this relay started */
+	HASH_SEQ_STATUS seq;
+	RelayEndpoint *ep;
+	EndpointRow *rows;
+	int			n = store_load_endpoints(&rows, relay_cxt);
+
+	hash_seq_init(&seq, endpoints);
+	while ((ep = hash_seq_search(&seq)) != NULL)
+		ep->seen = false;
+
+	for (int i = 0; i < n; i++)
+	{
+		EndpointRow *row = &rows[i];
+		bool		found;
+
+		ep = hash_search(endpoints, &row->id, HASH_ENTER, &found);
+		if (!found)
+		{
+			memset(((char *) ep) + sizeof(int), 0, sizeof(RelayEndpoint) - sizeof(int));
+			/*
+			 * What a relay before us had in flight may have arrived; an
+			 * endpoint that appears later cannot have had anything in flight.
+			 */
+			ep->verify_page = first_load;
+			ep->verify_due = first_load;
+		}
+		else
+			free_endpoint_strings(ep);
+		ep->name = row->name;
+		ep->url = row->url;
+		ep->headers = row->headers;
+		ep->patterns = row->patterns;
+		ep->npatterns = row->npatterns;
+		/*
+		 * The relay knows best whether an endpoint follows the stream: it
+		 * may have detached it without having recorded that yet.
+		 */
+		if (!found || !ep->detach)
+			ep->follows = row->follows;
+		ep->timeout_ms = row->timeout_ms;
+		ep->max_attempts = row->max_attempts;
+		ep->ordered = row->ordered;
+		ep->active = row->active;
+		ep->seen = true;
+
+		if (row->key_ok)
+		{
+			memcpy(ep->key, row->key, row->keylen);
+			ep->keylen = row->keylen;
+		}
+		else
+		{
+			ereport(WARNING,
+					(errmsg("outbox endpoint \"%s\" has an invalid signing secret; not delivering to it",
+							ep->name)));
+			ep->active = false;
+		}
+		memcpy(ep->old_key, row->old_key, row->old_keylen);
+		ep->old_keylen = row->old_keylen;
+		ep->max_in_flight = row->max_in_flight;
+		if (row->format_ok)
+			ep->format = row->format;
+		else
+		{
+			/* (endpoints_format_check: cannot happen) */
+			ereport(WARNING,
+					(errmsg("outbox endpoint \"%s\" has an unknown format; not delivering to it",
+							ep->name)));
+			ep->active = false;
+		}
+	}
+	pfree(rows);
+
+	first_load = false;
+	hash_seq_init(&seq, endpoints);
+	while ((ep = hash_seq_search(&seq)) != NULL)
+	{
+		if (ep->seen)
+			continue;
+		ep->active = false;
+		if (ep->page == NULL && ep->due == NULL && !ep->detach)
+		{
+			free_endpoint_strings(ep);
+			hash_search(endpoints, &ep->id, HASH_REMOVE, NULL);
+		}
+	}
+}
+
+static void detach(RelayEndpoint *ep);
+
 /*
  * After a load of the endpoints: rebuild the routes, and who reads on its
  * own.  An endpoint that follows the stream but may not receive now (paused,
  * disabled, gone) stops following it.
  */
-static void detach(RelayEndpoint *ep);
-
 static void
 endpoints_loaded(void)
 {
@@ -791,7 +902,7 @@ read_step(void *arg)
 			endpoints_version = version;
 			endpoints_loaded_at = now;
 			endpoints_stale = false;
-			store_load_endpoints(endpoints, relay_cxt);
+			load_endpoints();
 			endpoints_loaded();
 		}
 		/* Retries come due with time, not with commits. */

@@ -23,7 +23,6 @@
 #include "commands/dbcommands.h"
 #include "funcapi.h"
 #include "utils/builtins.h"
-#include "utils/hsearch.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/syscache.h"
@@ -40,9 +39,6 @@ static SPIPlanPtr endpoints_plan = NULL;
 static SPIPlanPtr page_plan = NULL;
 static SPIPlanPtr due_plan = NULL;
 static SPIPlanPtr rotate_plan = NULL;
-
-/* Until the first load of endpoints since this relay started. */
-static bool first_load = true;
 
 /* Is outbox installed in this database (a catalog cache lookup)? */
 bool
@@ -110,26 +106,12 @@ col_datum(HeapTuple tup, TupleDesc desc, int col, bool *isnull)
 	return SPI_getbinval(tup, desc, col, isnull);
 }
 
-static void
-free_endpoint_strings(RelayEndpoint *ep)
-{
-	pfree(ep->name);
-	pfree(ep->url);
-	pfree(ep->headers);
-	for (int i = 0; i < ep->npatterns; i++)
-		pfree(ep->patterns[i]);
-	if (ep->patterns)
-		pfree(ep->patterns);
-	ep->patterns = NULL;
-	ep->npatterns = 0;
-}
-
 /*
- * The endpoint's event-type patterns (text[]), copied into cxt; what
- * deconstructing the array takes stays in the caller's (SPI's) memory.
+ * An event-type pattern array (text[]), copied into cxt; what deconstructing
+ * it takes stays in the current (SPI's) memory.
  */
-static void
-copy_patterns(RelayEndpoint *ep, Datum arr, MemoryContext cxt)
+static int
+copy_patterns(Datum arr, char ***patterns, MemoryContext cxt)
 {
 	Datum	   *elems;
 	bool	   *nulls;
@@ -137,23 +119,39 @@ copy_patterns(RelayEndpoint *ep, Datum arr, MemoryContext cxt)
 
 	deconstruct_array(DatumGetArrayTypeP(arr), TEXTOID, -1, false, TYPALIGN_INT,
 					  &elems, &nulls, &n);
-	ep->npatterns = n;
-	ep->patterns = MemoryContextAlloc(cxt, sizeof(char *) * Max(n, 1));
+	*patterns = MemoryContextAlloc(cxt, sizeof(char *) * Max(n, 1));
 	for (int i = 0; i < n; i++)
-		ep->patterns[i] = MemoryContextStrdup(cxt, TextDatumGetCString(elems[i]));
+		(*patterns)[i] = MemoryContextStrdup(cxt, TextDatumGetCString(elems[i]));
+	return n;
 }
 
 /*
- * Refresh the endpoint table from SQL.  Entries that disappeared and have
- * nothing in flight are removed; those with something in flight stay
- * inactive until it finishes.
+ * Every endpoint as outbox._relay_endpoints() returns it.  Returns how many,
+ * the rows in *rows, allocated in the current memory context; their strings
+ * (name, url, headers, patterns) are copied into cxt for the caller to keep.
+ * Secrets come back as keys, the format as its enum; whether each was valid
+ * is for the caller to act on.
  */
-void
-store_load_endpoints(HTAB *endpoints, MemoryContext cxt)
+int
+store_load_endpoints(EndpointRow **rows, MemoryContext cxt)
 {
-	HASH_SEQ_STATUS seq;
-	RelayEndpoint *ep;
+	TupleDesc	desc;
 	int			rc;
+	int			n;
+	int			c_id,
+				c_name,
+				c_url,
+				c_headers,
+				c_timeout,
+				c_max_attempts,
+				c_ordered,
+				c_active,
+				c_secret,
+				c_previous,
+				c_types,
+				c_follows,
+				c_max_in_flight,
+				c_format;
 
 	if (endpoints_plan == NULL)
 		endpoints_plan = outbox_prepare_kept("SELECT * FROM outbox._relay_endpoints()", 0, NULL);
@@ -162,98 +160,65 @@ store_load_endpoints(HTAB *endpoints, MemoryContext cxt)
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "loading endpoints failed: %s", SPI_result_code_string(rc));
 
-	hash_seq_init(&seq, endpoints);
-	while ((ep = hash_seq_search(&seq)) != NULL)
-		ep->seen = false;
+	desc = SPI_tuptable->tupdesc;
+	c_id = SPI_fnumber(desc, "id");
+	c_name = SPI_fnumber(desc, "name");
+	c_url = SPI_fnumber(desc, "url");
+	c_headers = SPI_fnumber(desc, "header_lines");
+	c_timeout = SPI_fnumber(desc, "timeout_ms");
+	c_max_attempts = SPI_fnumber(desc, "max_attempts");
+	c_ordered = SPI_fnumber(desc, "ordered");
+	c_active = SPI_fnumber(desc, "active");
+	c_secret = SPI_fnumber(desc, "secret");
+	c_previous = SPI_fnumber(desc, "previous_secret");
+	c_types = SPI_fnumber(desc, "event_types");
+	c_follows = SPI_fnumber(desc, "follows");
+	c_max_in_flight = SPI_fnumber(desc, "max_in_flight");
+	c_format = SPI_fnumber(desc, "format");
 
-	for (uint64 i = 0; i < SPI_processed; i++)
+	n = (int) SPI_processed;
+	*rows = palloc0(sizeof(EndpointRow) * Max(n, 1));
+	for (int i = 0; i < n; i++)
 	{
 		HeapTuple	tup = SPI_tuptable->vals[i];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
+		EndpointRow *row = &(*rows)[i];
 		bool		isnull;
-		bool		found;
-		int			id = DatumGetInt32(col_datum(tup, desc, 1, &isnull));
 		char	   *secret;
 		char	   *old_secret;
-		MemoryContext old;
 
-		ep = hash_search(endpoints, &id, HASH_ENTER, &found);
-		if (!found)
-		{
-			memset(((char *) ep) + sizeof(int), 0, sizeof(RelayEndpoint) - sizeof(int));
-			/*
-			 * What a relay before us had in flight may have arrived; an
-			 * endpoint that appears later cannot have had anything in flight.
-			 */
-			ep->verify_page = first_load;
-			ep->verify_due = first_load;
-		}
-		else
-			free_endpoint_strings(ep);
-		old = MemoryContextSwitchTo(cxt);
-		ep->name = pstrdup(col_text(tup, desc, 2));
-		ep->url = pstrdup(col_text(tup, desc, 3));
-		ep->headers = pstrdup(col_text(tup, desc, 4));
-		MemoryContextSwitchTo(old);
-		copy_patterns(ep, col_datum(tup, desc, 11, &isnull), cxt);
-		/*
-		 * The relay knows best whether an endpoint follows the stream: it
-		 * may have detached it without having recorded that yet.
-		 */
-		if (!found || !ep->detach)
-			ep->follows = DatumGetBool(col_datum(tup, desc, 12, &isnull));
+		row->id = DatumGetInt32(col_datum(tup, desc, c_id, &isnull));
+		row->name = MemoryContextStrdup(cxt, col_text(tup, desc, c_name));
+		row->url = MemoryContextStrdup(cxt, col_text(tup, desc, c_url));
+		row->headers = MemoryContextStrdup(cxt, col_text(tup, desc, c_headers));
+		row->npatterns = copy_patterns(col_datum(tup, desc, c_types, &isnull),
+									   &row->patterns, cxt);
+		row->follows = DatumGetBool(col_datum(tup, desc, c_follows, &isnull));
+
 		/*
 		 * Within the bounds create_endpoint() checks: an endpoint stored
 		 * before 1.2 may hold a timeout that passed the interval comparison
 		 * but not as milliseconds ('1 year -360 days 10 seconds').
 		 */
-		ep->timeout_ms = DatumGetInt64(col_datum(tup, desc, 5, &isnull));
-		ep->timeout_ms = Min(Max(ep->timeout_ms, OUTBOX_MIN_TIMEOUT_MS), OUTBOX_MAX_TIMEOUT_MS);
-		ep->max_attempts = DatumGetInt32(col_datum(tup, desc, 6, &isnull));
-		ep->ordered = DatumGetBool(col_datum(tup, desc, 7, &isnull));
-		ep->active = DatumGetBool(col_datum(tup, desc, 8, &isnull));
-		ep->seen = true;
+		row->timeout_ms = DatumGetInt64(col_datum(tup, desc, c_timeout, &isnull));
+		row->timeout_ms = Min(Max(row->timeout_ms, OUTBOX_MIN_TIMEOUT_MS), OUTBOX_MAX_TIMEOUT_MS);
+		row->max_attempts = DatumGetInt32(col_datum(tup, desc, c_max_attempts, &isnull));
+		row->ordered = DatumGetBool(col_datum(tup, desc, c_ordered, &isnull));
+		row->active = DatumGetBool(col_datum(tup, desc, c_active, &isnull));
 
-		secret = col_text(tup, desc, 9);
-		if (!outbox_secret_key(secret, strlen(secret), ep->key, &ep->keylen))
-		{
-			ereport(WARNING,
-					(errmsg("outbox endpoint \"%s\" has an invalid signing secret; not delivering to it",
-							ep->name)));
-			ep->active = false;
-		}
-		old_secret = col_text(tup, desc, 10);
-		ep->old_keylen = 0;
+		secret = col_text(tup, desc, c_secret);
+		row->key_ok = outbox_secret_key(secret, strlen(secret), row->key, &row->keylen);
+		old_secret = col_text(tup, desc, c_previous);
+		row->old_keylen = 0;
 		if (old_secret != NULL &&
-			!outbox_secret_key(old_secret, strlen(old_secret), ep->old_key, &ep->old_keylen))
-			ep->old_keylen = 0;
+			!outbox_secret_key(old_secret, strlen(old_secret), row->old_key, &row->old_keylen))
+			row->old_keylen = 0;
 		/* NULL: outbox.endpoint_concurrency, whatever it is at the time */
-		ep->max_in_flight = DatumGetInt32(col_datum(tup, desc, 13, &isnull));
+		row->max_in_flight = DatumGetInt32(col_datum(tup, desc, c_max_in_flight, &isnull));
 		if (isnull)
-			ep->max_in_flight = 0;
-		if (!outbox_format_from_name(col_text(tup, desc, 14), &ep->format))
-		{
-			/* (endpoints_format_check: cannot happen) */
-			ereport(WARNING,
-					(errmsg("outbox endpoint \"%s\" has an unknown format; not delivering to it",
-							ep->name)));
-			ep->active = false;
-		}
+			row->max_in_flight = 0;
+		row->format_ok = outbox_format_from_name(col_text(tup, desc, c_format), &row->format);
 	}
-
-	first_load = false;
-	hash_seq_init(&seq, endpoints);
-	while ((ep = hash_seq_search(&seq)) != NULL)
-	{
-		if (ep->seen)
-			continue;
-		ep->active = false;
-		if (ep->page == NULL && ep->due == NULL && !ep->detach)
-		{
-			free_endpoint_strings(ep);
-			hash_search(endpoints, &ep->id, HASH_REMOVE, NULL);
-		}
-	}
+	return n;
 }
 
 /*

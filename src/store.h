@@ -23,6 +23,33 @@
 #define OUTBOX_MAX_TIMEOUT_MS	300000
 
 /*
+ * An endpoint's row as outbox._relay_endpoints() returns it, its secrets
+ * turned into keys and its format into the enum (store_load_endpoints).
+ */
+typedef struct EndpointRow
+{
+	int			id;
+	char	   *name;
+	char	   *url;
+	char	   *headers;		/* "name: value\n" lines */
+	char	  **patterns;		/* event-type patterns it subscribes to */
+	int			npatterns;
+	bool		follows;		/* its position follows the stream */
+	long		timeout_ms;		/* clamped to the bounds above */
+	int			max_attempts;
+	bool		ordered;
+	bool		active;			/* not paused, not disabled */
+	bool		key_ok;			/* its secret is valid: key and keylen are set */
+	uint8		key[OUTBOX_KEY_MAX];
+	int			keylen;
+	uint8		old_key[OUTBOX_KEY_MAX];
+	int			old_keylen;		/* 0: no previous secret, or an invalid one */
+	int			max_in_flight;	/* 0: NULL, outbox.endpoint_concurrency */
+	bool		format_ok;		/* its format is known: format is set */
+	OutboxFormat format;
+} EndpointRow;
+
+/*
  * A page whose deliveries are all recorded, and the position it moves: an
  * endpoint's own, or with endpoint_id 0 the stream's.
  */
@@ -48,7 +75,7 @@ typedef struct RecordSet
 extern bool store_extension_present(void);
 extern bool store_extension_ready(void);
 extern void store_rotate(void);
-extern void store_load_endpoints(HTAB *endpoints, MemoryContext cxt);
+extern int	store_load_endpoints(EndpointRow **rows, MemoryContext cxt);
 extern Batch *store_new_batch(RelayEndpoint *ep, bool is_page, int n, MemoryContext parent);
 extern StreamPage *store_read_stream(int limit, MemoryContext parent);
 extern void store_route_checks(int n, const int *eids, const pg_uuid_t *const *event_ids,

@@ -3,8 +3,8 @@
  * delivery.h
  *	  The delivery data model: endpoints as the relay knows them, the
  *	  deliveries of an event to an endpoint, the batches they come in, and
- *	  the stream's pages.  relay.c owns and schedules these; store.c fills
- *	  the batches and pages it reads.
+ *	  the stream's pages.  relay.c owns and schedules these; store.c copies
+ *	  the events it reads into StreamEvents.
  *
  *-------------------------------------------------------------------------
  */
@@ -115,7 +115,10 @@ typedef struct Delivery
 	HttpRequest req;
 } Delivery;
 
-/* An event of a stream page, as read. */
+/*
+ * An event as read: of a stream page, or of an endpoint's page or due
+ * retries until their batch is made.
+ */
 typedef struct StreamEvent
 {
 	int64		id;
@@ -159,6 +162,24 @@ typedef struct StreamPage
 	TimestampTz progress_at;	/* read, or a part finished, last */
 } StreamPage;
 
+/*
+ * Events read for the stream or for one endpoint (store_read_stream,
+ * store_read_page, store_read_due), in memory the caller names.  What a
+ * reader does not return stays NULL or zero.
+ */
+typedef struct EventRows
+{
+	int			n;
+	StreamEvent *ev;			/* the events; deliver_at of the stream's and
+								 * a page's, 0: none */
+	bool	   *delivered;		/* page, due: answered with a 2xx already */
+	bool	   *blocked;		/* page: waits behind an earlier event of its
+								 * key (ordered endpoints) */
+	int		   *attempts;		/* due: attempts made so far */
+	char	   *snap;			/* stream, page: its batch snapshot (text) */
+	bool		batch_done;		/* stream, page: it ended the batch */
+} EventRows;
+
 /* What the relay read for one endpoint at once: a page or due retries. */
 typedef struct Batch
 {
@@ -184,5 +205,10 @@ typedef struct Batch
 	dlist_node	node;			/* in the relay's list of batches */
 	bool		pumped;			/* pump() has seen it (its endpoint readied) */
 } Batch;
+
+extern Batch *delivery_new_batch(RelayEndpoint *ep, bool is_page, int n, MemoryContext cxt);
+extern Batch *delivery_batch_of_events(RelayEndpoint *ep, bool is_page, EventRows *rows,
+									   MemoryContext cxt);
+extern void delivery_free_events(EventRows *rows);
 
 #endif							/* OUTBOX_DELIVERY_H */

@@ -178,6 +178,17 @@ free_batch(Batch *b)
 }
 
 /*
+ * A memory context for a new batch, which the batch takes over.  One for a
+ * batch to be read goes under the step's transaction until it is made
+ * (MemoryContextSetParent), so that an error reading it frees it.
+ */
+static MemoryContext
+new_batch_context(MemoryContext parent)
+{
+	return AllocSetContextCreate(parent, "outbox batch", ALLOCSET_SMALL_SIZES);
+}
+
+/*
  * Start a step's transaction.  False when outbox is no longer installed
  * (DROP EXTENSION committed): the step does nothing, the transaction is
  * still to be ended, and the main loop leaves.
@@ -632,7 +643,7 @@ route_page(StreamPage *p)
 	foreach(lc, parts)
 	{
 		RelayEndpoint *ep = (RelayEndpoint *) lfirst(lc);
-		Batch	   *b = store_new_batch(ep, true, ep->routed, relay_cxt);
+		Batch	   *b = delivery_new_batch(ep, true, ep->routed, new_batch_context(relay_cxt));
 
 		b->n = 0;
 		b->stream = p;
@@ -799,6 +810,9 @@ read_stream(void)
 {
 	List	   *candidates = NIL;
 	ListCell   *lc;
+	MemoryContext cxt;
+	EventRows	rows;
+	StreamPage *p;
 
 	foreach(lc, own_readers)
 	{
@@ -838,9 +852,25 @@ read_stream(void)
 	stream_more = false;
 	if (followers == 0)
 		return;
-	stream_unconfirmed = store_read_stream(stream_page_size(), relay_cxt);
-	if (stream_unconfirmed != NULL)
-		route_page(stream_unconfirmed);
+	/* (under the transaction until read, as a batch: new_batch_context) */
+	cxt = AllocSetContextCreate(TopTransactionContext, "outbox stream page", ALLOCSET_DEFAULT_SIZES);
+	if (!store_read_stream(stream_page_size(), &rows, cxt))
+	{
+		MemoryContextDelete(cxt);
+		stream_unconfirmed = NULL;
+		return;
+	}
+	p = MemoryContextAllocZero(relay_cxt, sizeof(StreamPage));
+	p->cxt = cxt;
+	p->n = rows.n;
+	p->ev = rows.ev;
+	p->snap = rows.snap;
+	p->last_id = p->ev[p->n - 1].id;
+	p->batch_done = rows.batch_done;
+	p->in_stream = true;
+	MemoryContextSetParent(cxt, relay_cxt);
+	stream_unconfirmed = p;
+	route_page(p);
 }
 
 /*
@@ -862,6 +892,66 @@ own_page_size(const RelayEndpoint *ep)
 	if (ep->lagged || ep->consecutive_failures > 0)
 		return Min(outbox_batch_size, 2 * endpoint_cap(ep));
 	return outbox_batch_size;
+}
+
+/*
+ * ep's next page of new events, or NULL when there is none.  Of its
+ * deliveries, those whose deliver_at is later wait, and on an ordered
+ * endpoint those behind an earlier event of their key (blocked) wait for
+ * now; the rest go as first attempts.
+ */
+static Batch *
+read_own_page(RelayEndpoint *ep)
+{
+	MemoryContext cxt = new_batch_context(TopTransactionContext);
+	EventRows	rows;
+	Batch	   *b;
+
+	if (!store_read_page(ep->id, own_page_size(ep), ep->verify_page, &rows, cxt))
+	{
+		MemoryContextDelete(cxt);
+		return NULL;
+	}
+	b = delivery_batch_of_events(ep, true, &rows, cxt);
+	b->snap = rows.snap;
+	b->last_id = b->d[b->n - 1].id;
+	b->batch_done = rows.batch_done;
+	for (int i = 0; i < b->n; i++)
+	{
+		Delivery   *d = &b->d[i];
+
+		d->deferred = d->deliver_at != 0 && d->deliver_at > GetCurrentTimestamp();
+		if (rows.blocked[i])
+		{
+			d->deferred = true;
+			d->deliver_at = GetCurrentTimestamp();
+		}
+		d->attempt = d->deferred ? 0 : 1;
+	}
+	delivery_free_events(&rows);
+	MemoryContextSetParent(cxt, relay_cxt);
+	return b;
+}
+
+/* ep's due retries, or NULL when none is due. */
+static Batch *
+read_due(RelayEndpoint *ep)
+{
+	MemoryContext cxt = new_batch_context(TopTransactionContext);
+	EventRows	rows;
+	Batch	   *b;
+
+	if (!store_read_due(ep->id, outbox_batch_size, ep->verify_due, &rows, cxt))
+	{
+		MemoryContextDelete(cxt);
+		return NULL;
+	}
+	b = delivery_batch_of_events(ep, false, &rows, cxt);
+	for (int i = 0; i < b->n; i++)
+		b->d[i].attempt = rows.attempts[i] + 1;
+	delivery_free_events(&rows);
+	MemoryContextSetParent(cxt, relay_cxt);
+	return b;
 }
 
 /*
@@ -937,7 +1027,7 @@ read_step(void *arg)
 		if (may_read_page(ep, full))
 		{
 			ep->more_page = false;
-			ep->page = store_read_page(ep, own_page_size(ep), relay_cxt);
+			ep->page = read_own_page(ep);
 			if (ep->page)
 			{
 				link_same_key(ep->page);
@@ -963,7 +1053,7 @@ read_step(void *arg)
 		if (may_read_due(ep, true))
 		{
 			ep->more_due = false;
-			ep->due = store_read_due(ep, outbox_batch_size, relay_cxt);
+			ep->due = read_due(ep);
 			if (ep->due)
 				dlist_push_tail(&unconfirmed, &ep->due->node);
 		}

@@ -36,8 +36,6 @@
 #include "store.h"
 
 static SPIPlanPtr endpoints_plan = NULL;
-static SPIPlanPtr page_plan = NULL;
-static SPIPlanPtr due_plan = NULL;
 static SPIPlanPtr rotate_plan = NULL;
 
 /* Is outbox installed in this database (a catalog cache lookup)? */
@@ -221,25 +219,6 @@ store_load_endpoints(EndpointRow **rows, MemoryContext cxt)
 	return n;
 }
 
-/*
- * A new batch of n deliveries for ep, in a memory context of its own under
- * parent.  The caller fills the deliveries.
- */
-Batch *
-store_new_batch(RelayEndpoint *ep, bool is_page, int n, MemoryContext parent)
-{
-	MemoryContext cxt = AllocSetContextCreate(parent, "outbox batch", ALLOCSET_SMALL_SIZES);
-	Batch	   *b = MemoryContextAllocZero(cxt, sizeof(Batch));
-
-	b->ep = ep;
-	b->cxt = cxt;
-	b->is_page = is_page;
-	b->n = n;
-	b->room = n;
-	b->d = MemoryContextAllocZero(cxt, sizeof(Delivery) * n);
-	return b;
-}
-
 /* Copy a text[] of header lines into current memory; returns how many. */
 static int
 copy_header_lines(Datum arr, char ***lines)
@@ -257,20 +236,18 @@ copy_header_lines(Datum arr, char ***lines)
 }
 
 /*
- * Run a read plan (page or due retries) for ep, at most limit events and
- * about outbox.batch_bytes of payload and headers, and copy what both return
- * into a new batch under parent: id, event_id, event_type, key,
- * emitted_at, header_lines and delivered, and the body in ep's format,
- * made of the data.  NULL when it returned nothing.  The caller reads its
- * own columns from SPI_tuptable afterwards.
+ * Run a read plan (the stream, a page, due retries) and copy the events it
+ * returned into cxt: id, event_id, event_type, key, emitted_at, data and
+ * header_lines, which every reader returns, and those of deliver_at,
+ * delivered, blocked, attempts, batch and bytes_cut that it returns.  False
+ * when it returned nothing.  limit is the plan's: a page shorter than it,
+ * and not cut by outbox.batch_bytes, ended its batch.
  */
-static Batch *
-read_batch(SPIPlanPtr plan, RelayEndpoint *ep, bool is_page, int limit, bool verify,
-		   MemoryContext parent)
+static bool
+read_events(SPIPlanPtr plan, Datum *args, bool read_only, int limit,
+			EventRows *rows, MemoryContext cxt, const char *what)
 {
-	Datum		args[4];
 	int			rc;
-	Batch	   *b;
 	MemoryContext old;
 	TupleDesc	desc;
 	int			c_id,
@@ -280,17 +257,20 @@ read_batch(SPIPlanPtr plan, RelayEndpoint *ep, bool is_page, int limit, bool ver
 				c_emitted,
 				c_data,
 				c_headers,
-				c_delivered;
+				c_deliver_at,
+				c_delivered,
+				c_blocked,
+				c_attempts,
+				c_batch,
+				c_bytes_cut;
+	bool		isnull;
 
-	args[0] = Int32GetDatum(ep->id);
-	args[1] = Int32GetDatum(limit);
-	args[2] = BoolGetDatum(verify);
-	args[3] = Int64GetDatum((int64) outbox_batch_bytes);
-	rc = SPI_execute_plan(plan, args, NULL, !is_page, 0);
+	rc = SPI_execute_plan(plan, args, NULL, read_only, 0);
 	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "reading events failed: %s", SPI_result_code_string(rc));
+		elog(ERROR, "reading %s failed: %s", what, SPI_result_code_string(rc));
+	memset(rows, 0, sizeof(EventRows));
 	if (SPI_processed == 0)
-		return NULL;
+		return false;
 
 	desc = SPI_tuptable->tupdesc;
 	c_id = SPI_fnumber(desc, "id");
@@ -300,130 +280,136 @@ read_batch(SPIPlanPtr plan, RelayEndpoint *ep, bool is_page, int limit, bool ver
 	c_emitted = SPI_fnumber(desc, "emitted_at");
 	c_data = SPI_fnumber(desc, "data");
 	c_headers = SPI_fnumber(desc, "header_lines");
-	c_delivered = SPI_fnumber(desc, "delivered");
-
-	b = store_new_batch(ep, is_page, (int) SPI_processed, parent);
-	old = MemoryContextSwitchTo(b->cxt);
-	for (int i = 0; i < b->n; i++)
-	{
-		HeapTuple	tup = SPI_tuptable->vals[i];
-		Delivery   *d = &b->d[i];
-		bool		isnull;
-		text	   *data;
-		EventParts	parts;
-
-		d->batch = b;
-		d->prev_same_key = -1;
-		d->id = DatumGetInt64(col_datum(tup, desc, c_id, &isnull));
-		memcpy(&d->event_id, DatumGetUUIDP(col_datum(tup, desc, c_event, &isnull)), sizeof(pg_uuid_t));
-		d->type = col_text(tup, desc, c_type);
-		d->key = col_text(tup, desc, c_key);
-		d->emitted_at = DatumGetTimestampTz(col_datum(tup, desc, c_emitted, &isnull));
-		data = DatumGetTextPP(col_datum(tup, desc, c_data, &isnull));
-		parts.event_id = &d->event_id;
-		parts.type = d->type;
-		parts.emitted_at = d->emitted_at;
-		parts.key = d->key;
-		parts.data = VARDATA_ANY(data);
-		parts.data_len = VARSIZE_ANY_EXHDR(data);
-		d->body = outbox_format_body(ep->format, &parts);
-		d->n_event_headers = copy_header_lines(col_datum(tup, desc, c_headers, &isnull),
-											   &d->event_headers);
-		d->already = DatumGetBool(col_datum(tup, desc, c_delivered, &isnull));
-	}
-	MemoryContextSwitchTo(old);
-	return b;
-}
-
-/*
- * The next page of new events for ep, or NULL when there is none.  The
- * batch lives in a new memory context under parent.
- */
-Batch *
-store_read_page(RelayEndpoint *ep, int limit, MemoryContext parent)
-{
-	Batch	   *b;
-	TupleDesc	desc;
-	int			c_deliver_at,
-				c_blocked;
-	bool		bytes_cut;
-	bool		cut_null;
-
-	if (page_plan == NULL)
-	{
-		Oid			types[4] = {INT4OID, INT4OID, BOOLOID, INT8OID};
-
-		page_plan = outbox_prepare_kept("SELECT id, event_id, event_type, deliver_at, key, emitted_at, data, header_lines, batch, "
-										"blocked, delivered, bytes_cut "
-										"FROM outbox._read_page($1, $2, $3, $4)", 4, types);
-	}
-	b = read_batch(page_plan, ep, true, limit, ep->verify_page, parent);
-	if (b == NULL)
-		return NULL;
-
-	desc = SPI_tuptable->tupdesc;
+	/* (SPI_ERROR_NOATTRIBUTE, below 1, where the reader returns none) */
 	c_deliver_at = SPI_fnumber(desc, "deliver_at");
+	c_delivered = SPI_fnumber(desc, "delivered");
 	c_blocked = SPI_fnumber(desc, "blocked");
-	b->snap = MemoryContextStrdup(b->cxt, col_text(SPI_tuptable->vals[0], desc, SPI_fnumber(desc, "batch")));
-	for (int i = 0; i < b->n; i++)
+	c_attempts = SPI_fnumber(desc, "attempts");
+	c_batch = SPI_fnumber(desc, "batch");
+	c_bytes_cut = SPI_fnumber(desc, "bytes_cut");
+
+	old = MemoryContextSwitchTo(cxt);
+	rows->n = (int) SPI_processed;
+	rows->ev = palloc0(sizeof(StreamEvent) * rows->n);
+	if (c_delivered > 0)
+		rows->delivered = palloc0(sizeof(bool) * rows->n);
+	if (c_blocked > 0)
+		rows->blocked = palloc0(sizeof(bool) * rows->n);
+	if (c_attempts > 0)
+		rows->attempts = palloc0(sizeof(int) * rows->n);
+	for (int i = 0; i < rows->n; i++)
 	{
 		HeapTuple	tup = SPI_tuptable->vals[i];
-		Delivery   *d = &b->d[i];
-		bool		isnull;
+		StreamEvent *e = &rows->ev[i];
 		Datum		v;
 
-		v = col_datum(tup, desc, c_deliver_at, &isnull);
-		d->deliver_at = isnull ? 0 : DatumGetTimestampTz(v);
-		d->deferred = !isnull && d->deliver_at > GetCurrentTimestamp();
-		/* On an ordered endpoint, waiting behind an earlier event of its key. */
-		if (DatumGetBool(col_datum(tup, desc, c_blocked, &isnull)))
+		e->id = DatumGetInt64(col_datum(tup, desc, c_id, &isnull));
+		memcpy(&e->event_id, DatumGetUUIDP(col_datum(tup, desc, c_event, &isnull)), sizeof(pg_uuid_t));
+		e->type = col_text(tup, desc, c_type);
+		e->key = col_text(tup, desc, c_key);
+		e->emitted_at = DatumGetTimestampTz(col_datum(tup, desc, c_emitted, &isnull));
+		e->data = TextDatumGetCString(col_datum(tup, desc, c_data, &isnull));
+		e->data_len = strlen(e->data);
+		e->n_headers = copy_header_lines(col_datum(tup, desc, c_headers, &isnull), &e->headers);
+		if (c_deliver_at > 0)
 		{
-			d->deferred = true;
-			d->deliver_at = GetCurrentTimestamp();
+			v = col_datum(tup, desc, c_deliver_at, &isnull);
+			e->deliver_at = isnull ? 0 : DatumGetTimestampTz(v);
 		}
-		d->attempt = d->deferred ? 0 : 1;
+		if (c_delivered > 0)
+			rows->delivered[i] = DatumGetBool(col_datum(tup, desc, c_delivered, &isnull));
+		if (c_blocked > 0)
+			rows->blocked[i] = DatumGetBool(col_datum(tup, desc, c_blocked, &isnull));
+		if (c_attempts > 0)
+			rows->attempts[i] = DatumGetInt32(col_datum(tup, desc, c_attempts, &isnull));
 	}
-	b->last_id = b->d[b->n - 1].id;
+	if (c_batch > 0)
+		rows->snap = col_text(SPI_tuptable->vals[0], desc, c_batch);
 	/* A page that the byte budget ended is no sign the batch is done. */
-	bytes_cut = DatumGetBool(col_datum(SPI_tuptable->vals[b->n - 1], desc,
-									   SPI_fnumber(desc, "bytes_cut"), &cut_null));
-	b->batch_done = b->n < limit && !bytes_cut;
-	/* Copied: SPI's copy goes now, not with the round's last read. */
+	if (c_bytes_cut > 0)
+		rows->batch_done = rows->n < limit &&
+			!DatumGetBool(col_datum(SPI_tuptable->vals[rows->n - 1], desc, c_bytes_cut, &isnull));
+	MemoryContextSwitchTo(old);
+	/* Copied: SPI's copy goes now, not with the step's last read. */
 	SPI_freetuptable(SPI_tuptable);
-	return b;
+	return true;
 }
 
 /*
- * The due retries of ep, or NULL when none is due.  _read_due returns one
- * event per key on an ordered endpoint, so no delivery waits for another.
+ * The next page of new events for an endpoint, at most limit events and
+ * about outbox.batch_bytes of payload and headers, copied into cxt; false
+ * when there is none.  With verify, events already answered with a 2xx
+ * are marked delivered.  Each says whether it is blocked: on an ordered
+ * endpoint, behind an earlier event of its key.
  */
-Batch *
-store_read_due(RelayEndpoint *ep, int limit, MemoryContext parent)
+bool
+store_read_page(int endpoint_id, int limit, bool verify, EventRows *rows, MemoryContext cxt)
 {
-	Batch	   *b;
-	int			c_attempts;
+	static SPIPlanPtr plan = NULL;
+	Datum		args[4];
 
-	if (due_plan == NULL)
+	if (plan == NULL)
 	{
 		Oid			types[4] = {INT4OID, INT4OID, BOOLOID, INT8OID};
 
-		due_plan = outbox_prepare_kept("SELECT id, event_id, event_type, attempts, key, emitted_at, data, header_lines, delivered "
-									   "FROM outbox._read_due($1, $2, $3, $4)", 4, types);
+		plan = outbox_prepare_kept("SELECT id, event_id, event_type, deliver_at, key, emitted_at, data, header_lines, batch, "
+								   "blocked, delivered, bytes_cut "
+								   "FROM outbox._read_page($1, $2, $3, $4)", 4, types);
 	}
-	b = read_batch(due_plan, ep, false, limit, ep->verify_due, parent);
-	if (b == NULL)
-		return NULL;
+	args[0] = Int32GetDatum(endpoint_id);
+	args[1] = Int32GetDatum(limit);
+	args[2] = BoolGetDatum(verify);
+	args[3] = Int64GetDatum((int64) outbox_batch_bytes);
+	return read_events(plan, args, false, limit, rows, cxt, "events");
+}
 
-	c_attempts = SPI_fnumber(SPI_tuptable->tupdesc, "attempts");
-	for (int i = 0; i < b->n; i++)
+/*
+ * The due retries of an endpoint, bounded as a page, copied into cxt with
+ * the attempts each has had; false when none is due.  verify as for a page.
+ * _read_due returns one event per key on an ordered endpoint, so no
+ * delivery waits for another.
+ */
+bool
+store_read_due(int endpoint_id, int limit, bool verify, EventRows *rows, MemoryContext cxt)
+{
+	static SPIPlanPtr plan = NULL;
+	Datum		args[4];
+
+	if (plan == NULL)
 	{
-		bool		isnull;
+		Oid			types[4] = {INT4OID, INT4OID, BOOLOID, INT8OID};
 
-		b->d[i].attempt = DatumGetInt32(col_datum(SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
-												  c_attempts, &isnull)) + 1;
+		plan = outbox_prepare_kept("SELECT id, event_id, event_type, attempts, key, emitted_at, data, header_lines, delivered "
+								   "FROM outbox._read_due($1, $2, $3, $4)", 4, types);
 	}
-	SPI_freetuptable(SPI_tuptable);
-	return b;
+	args[0] = Int32GetDatum(endpoint_id);
+	args[1] = Int32GetDatum(limit);
+	args[2] = BoolGetDatum(verify);
+	args[3] = Int64GetDatum((int64) outbox_batch_bytes);
+	return read_events(plan, args, true, limit, rows, cxt, "events");
+}
+
+/*
+ * The next page of the stream (outbox._read_stream): events of every type,
+ * bounded as an endpoint's page, copied into cxt; false when it has none.
+ */
+bool
+store_read_stream(int limit, EventRows *rows, MemoryContext cxt)
+{
+	static SPIPlanPtr plan = NULL;
+	Datum		args[2];
+
+	if (plan == NULL)
+	{
+		Oid			types[2] = {INT4OID, INT8OID};
+
+		plan = outbox_prepare_kept("SELECT id, event_id, event_type, deliver_at, key, emitted_at, "
+								   "data, header_lines, batch, bytes_cut "
+								   "FROM outbox._read_stream($1, $2)", 2, types);
+	}
+	args[0] = Int32GetDatum(limit);
+	args[1] = Int64GetDatum((int64) outbox_batch_bytes);
+	return read_events(plan, args, false, limit, rows, cxt, "the stream");
 }
 
 static Datum
@@ -438,73 +424,6 @@ build_array(Datum *values, bool *nulls, int n, Oid type)
 	get_typlenbyvalalign(type, &typlen, &typbyval, &typalign);
 	return PointerGetDatum(construct_md_array(values, nulls, 1, dims, lbs,
 											  type, typlen, typbyval, typalign));
-}
-
-/*
- * The next page of the stream (outbox._read_stream), or NULL when it has
- * nothing: events of every type, copied into a new memory context under
- * parent.  Bodies are made as events are routed, in the formats of the
- * endpoints they go to (relay.c).
- */
-StreamPage *
-store_read_stream(int limit, MemoryContext parent)
-{
-	static SPIPlanPtr stream_plan = NULL;
-	Datum		args[2];
-	int			rc;
-	StreamPage *p;
-	TupleDesc	desc;
-	MemoryContext old;
-	bool		isnull;
-
-	if (stream_plan == NULL)
-	{
-		Oid			types[2] = {INT4OID, INT8OID};
-
-		stream_plan = outbox_prepare_kept("SELECT id, event_id, event_type, deliver_at, key, emitted_at, "
-										  "data, header_lines, batch, bytes_cut "
-										  "FROM outbox._read_stream($1, $2)", 2, types);
-	}
-	args[0] = Int32GetDatum(limit);
-	args[1] = Int64GetDatum((int64) outbox_batch_bytes);
-	rc = SPI_execute_plan(stream_plan, args, NULL, false, 0);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "reading the stream failed: %s", SPI_result_code_string(rc));
-	if (SPI_processed == 0)
-		return NULL;
-
-	desc = SPI_tuptable->tupdesc;
-	p = MemoryContextAllocZero(parent, sizeof(StreamPage));
-	p->cxt = AllocSetContextCreate(parent, "outbox stream page", ALLOCSET_DEFAULT_SIZES);
-	old = MemoryContextSwitchTo(p->cxt);
-	p->n = (int) SPI_processed;
-	p->ev = palloc0(sizeof(StreamEvent) * p->n);
-	for (int i = 0; i < p->n; i++)
-	{
-		HeapTuple	tup = SPI_tuptable->vals[i];
-		StreamEvent *e = &p->ev[i];
-		Datum		v;
-
-		e->id = DatumGetInt64(col_datum(tup, desc, 1, &isnull));
-		memcpy(&e->event_id, DatumGetUUIDP(col_datum(tup, desc, 2, &isnull)), sizeof(pg_uuid_t));
-		e->type = col_text(tup, desc, 3);
-		v = col_datum(tup, desc, 4, &isnull);
-		e->deliver_at = isnull ? 0 : DatumGetTimestampTz(v);
-		e->key = col_text(tup, desc, 5);
-		e->emitted_at = DatumGetTimestampTz(col_datum(tup, desc, 6, &isnull));
-		e->data = TextDatumGetCString(col_datum(tup, desc, 7, &isnull));
-		e->data_len = strlen(e->data);
-		e->n_headers = copy_header_lines(col_datum(tup, desc, 8, &isnull), &e->headers);
-	}
-	p->snap = col_text(SPI_tuptable->vals[0], desc, 9);
-	p->last_id = p->ev[p->n - 1].id;
-	/* As for an endpoint's page: a page the byte budget ended is no end. */
-	p->batch_done = p->n < limit &&
-		!DatumGetBool(col_datum(SPI_tuptable->vals[p->n - 1], desc, 10, &isnull));
-	MemoryContextSwitchTo(old);
-	SPI_freetuptable(SPI_tuptable);
-	p->in_stream = true;
-	return p;
 }
 
 /* An int4[] result's elements, allocated in cxt; returns how many. */
@@ -538,6 +457,8 @@ store_route_checks(int n, const int *eids, const pg_uuid_t *const *event_ids,
 	Datum	   *v = palloc(sizeof(Datum) * Max(n, 1));
 	bool	   *nulls = palloc(sizeof(bool) * Max(n, 1));
 	int			rc;
+	int			c_delivered,
+				c_blocked;
 
 	if (plan == NULL)
 	{
@@ -565,12 +486,16 @@ store_route_checks(int n, const int *eids, const pg_uuid_t *const *event_ids,
 	rc = SPI_execute_plan(plan, args, NULL, true, 0);
 	if (rc != SPI_OK_SELECT || SPI_processed != (uint64) n)
 		elog(ERROR, "checking routed events failed: %s", SPI_result_code_string(rc));
+	c_delivered = SPI_fnumber(SPI_tuptable->tupdesc, "delivered");
+	c_blocked = SPI_fnumber(SPI_tuptable->tupdesc, "blocked");
 	for (int i = 0; i < n; i++)
 	{
 		bool		isnull;
 
-		delivered[i] = DatumGetBool(col_datum(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
-		blocked[i] = DatumGetBool(col_datum(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &isnull));
+		delivered[i] = DatumGetBool(col_datum(SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
+											  c_delivered, &isnull));
+		blocked[i] = DatumGetBool(col_datum(SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
+											c_blocked, &isnull));
 	}
 	SPI_freetuptable(SPI_tuptable);
 }

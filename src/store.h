@@ -76,15 +76,16 @@ extern bool store_extension_present(void);
 extern bool store_extension_ready(void);
 extern void store_rotate(void);
 extern int	store_load_endpoints(EndpointRow **rows, MemoryContext cxt);
-extern Batch *store_new_batch(RelayEndpoint *ep, bool is_page, int n, MemoryContext parent);
-extern StreamPage *store_read_stream(int limit, MemoryContext parent);
+extern bool store_read_stream(int limit, EventRows *rows, MemoryContext cxt);
 extern void store_route_checks(int n, const int *eids, const pg_uuid_t *const *event_ids,
 							   char *const *keys, const bool *ordered, bool verify,
 							   bool *delivered, bool *blocked);
 extern int	store_attach(const int *candidates, int n, int **attached);
 extern int	store_due_endpoints(int **ids);
-extern Batch *store_read_page(RelayEndpoint *ep, int limit, MemoryContext parent);
-extern Batch *store_read_due(RelayEndpoint *ep, int limit, MemoryContext parent);
+extern bool store_read_page(int endpoint_id, int limit, bool verify, EventRows *rows,
+							MemoryContext cxt);
+extern bool store_read_due(int endpoint_id, int limit, bool verify, EventRows *rows,
+						   MemoryContext cxt);
 extern int	store_record(const RecordSet *set, int **locked, MemoryContext locked_cxt);
 
 #endif							/* OUTBOX_STORE_H */

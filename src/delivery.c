@@ -32,6 +32,40 @@ delivery_new_batch(RelayEndpoint *ep, bool is_page, int n, MemoryContext cxt)
 	return b;
 }
 
+/* The body of event e in format, in current memory. */
+char *
+delivery_event_body(const StreamEvent *e, OutboxFormat format)
+{
+	EventParts	parts;
+
+	parts.event_id = &e->event_id;
+	parts.type = e->type;
+	parts.emitted_at = e->emitted_at;
+	parts.key = e->key;
+	parts.data = e->data;
+	parts.data_len = e->data_len;
+	return outbox_format_body(format, &parts);
+}
+
+/*
+ * Fill d, of batch b, with what it takes from event e: everything but the
+ * body and what the relay decides.  Strings are shared with e.
+ */
+void
+delivery_of_event(Delivery *d, Batch *b, const StreamEvent *e)
+{
+	d->batch = b;
+	d->prev_same_key = -1;
+	d->id = e->id;
+	d->event_id = e->event_id;
+	d->type = e->type;
+	d->emitted_at = e->emitted_at;
+	d->key = e->key;
+	d->event_headers = e->headers;
+	d->n_event_headers = e->n_headers;
+	d->deliver_at = e->deliver_at;
+}
+
 /*
  * A batch for ep of the events read into cxt, a context of its own that it
  * takes over: a delivery per event, its body in ep's format, its deliver_at
@@ -48,26 +82,10 @@ delivery_batch_of_events(RelayEndpoint *ep, bool is_page, EventRows *rows, Memor
 	{
 		StreamEvent *e = &rows->ev[i];
 		Delivery   *d = &b->d[i];
-		EventParts	parts;
 
-		d->batch = b;
-		d->prev_same_key = -1;
-		d->id = e->id;
-		d->event_id = e->event_id;
-		d->type = e->type;
-		d->key = e->key;
-		d->emitted_at = e->emitted_at;
-		d->deliver_at = e->deliver_at;
-		parts.event_id = &d->event_id;
-		parts.type = d->type;
-		parts.emitted_at = d->emitted_at;
-		parts.key = d->key;
-		parts.data = e->data;
-		parts.data_len = e->data_len;
-		d->body = outbox_format_body(ep->format, &parts);
+		delivery_of_event(d, b, e);
+		d->body = delivery_event_body(e, ep->format);
 		pfree(e->data);
-		d->event_headers = e->headers;
-		d->n_event_headers = e->n_headers;
 		d->already = rows->delivered[i];
 	}
 	MemoryContextSwitchTo(old);

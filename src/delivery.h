@@ -207,6 +207,8 @@ typedef struct Batch
 } Batch;
 
 extern Batch *delivery_new_batch(RelayEndpoint *ep, bool is_page, int n, MemoryContext cxt);
+extern char *delivery_event_body(const StreamEvent *e, OutboxFormat format);
+extern void delivery_of_event(Delivery *d, Batch *b, const StreamEvent *e);
 extern Batch *delivery_batch_of_events(RelayEndpoint *ep, bool is_page, EventRows *rows,
 									   MemoryContext cxt);
 extern void delivery_free_events(EventRows *rows);

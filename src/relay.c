@@ -561,15 +561,8 @@ stream_body(StreamPage *p, StreamEvent *e, OutboxFormat format)
 	if (e->body[format] == NULL)
 	{
 		MemoryContext old = MemoryContextSwitchTo(p->cxt);
-		EventParts	parts;
 
-		parts.event_id = &e->event_id;
-		parts.type = e->type;
-		parts.emitted_at = e->emitted_at;
-		parts.key = e->key;
-		parts.data = e->data;
-		parts.data_len = e->data_len;
-		e->body[format] = outbox_format_body(format, &parts);
+		e->body[format] = delivery_event_body(e, format);
 		MemoryContextSwitchTo(old);
 	}
 	return e->body[format];
@@ -677,17 +670,8 @@ route_page(StreamPage *p)
 			if (b == NULL)
 				continue;
 			d = &b->d[b->n++];
-			d->batch = b;
-			d->prev_same_key = -1;
-			d->id = e->id;
-			d->event_id = e->event_id;
-			d->type = e->type;
-			d->emitted_at = e->emitted_at;
-			d->key = e->key;
+			delivery_of_event(d, b, e);
 			d->body = stream_body(p, e, b->ep->format);
-			d->event_headers = e->headers;
-			d->n_event_headers = e->n_headers;
-			d->deliver_at = e->deliver_at;
 			verify_some |= b->ep->verify_page;
 			d->deferred = e->deliver_at != 0 && e->deliver_at > now;
 			d->attempt = d->deferred ? 0 : 1;

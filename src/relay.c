@@ -1684,12 +1684,61 @@ collect(void)
 /* What record_step records, and what each batch in it is. */
 typedef struct RecordRound
 {
-	RecordSet	set;
-	bool	   *complete;		/* per batch of the set: nothing in flight */
+	Batch	  **batches;		/* their finished deliveries not yet recorded */
+	int			nbatches;
+	RecordSet	set;			/* their outcomes (record_step), pages and
+								 * detaches */
+	bool	   *complete;		/* per batch: nothing in flight */
 	bool		moves_stream;	/* the set moves the stream past its page */
 	int		   *locked;			/* after the step: endpoints held elsewhere */
 	int			nlocked;
 } RecordRound;
+
+/*
+ * The outcomes of the round's batches not recorded yet, in current memory:
+ * those of finished deliveries, a batch's reason to disable its endpoint
+ * with the first of its.  Returns how many.
+ */
+static int
+outcome_rows(const RecordRound *r, OutcomeRow **rows)
+{
+	int			total = 0;
+	int			n = 0;
+
+	for (int i = 0; i < r->nbatches; i++)
+		total += r->batches[i]->n;
+	*rows = palloc(sizeof(OutcomeRow) * Max(total, 1));
+	for (int i = 0; i < r->nbatches; i++)
+	{
+		Batch	   *b = r->batches[i];
+		const char *reason = b->disable_reason;
+
+		for (int j = 0; j < b->n; j++)
+		{
+			Delivery   *d = &b->d[j];
+			OutcomeRow *o;
+
+			if (d->state != DELIVERY_DONE || d->recorded)
+				continue;
+			o = &(*rows)[n++];
+			o->endpoint_id = d->batch->ep->id;
+			o->id = d->id;
+			o->event_id = &d->event_id;
+			o->attempt = d->attempt;
+			o->outcome = d->outcome;
+			o->next_at = d->next_at;
+			o->sent = !d->deferred && !d->already;
+			o->status = d->req.status;
+			o->error = d->req.error;
+			o->duration_ms = d->req.duration_ms;
+			o->response = d->req.response;
+			o->response_len = d->req.response_len;
+			o->disable_reason = reason;
+			reason = NULL;
+		}
+	}
+	return n;
+}
 
 /*
  * The recording step of record_round: one statement.  Endpoints another
@@ -1701,6 +1750,7 @@ record_step(void *arg)
 {
 	RecordRound *r = (RecordRound *) arg;
 
+	r->set.noutcomes = outcome_rows(r, &r->set.outcomes);
 	r->nlocked = store_record(&r->set, &r->locked, relay_cxt);
 	return r->nlocked == 0 ? STEP_DONE : STEP_DECLINED;
 }
@@ -1806,7 +1856,7 @@ record_round(void)
 	StepResult	result;
 
 	memset(&r, 0, sizeof(r));
-	r.set.batches = palloc(sizeof(Batch *) * room);
+	r.batches = palloc(sizeof(Batch *) * room);
 	r.complete = palloc(sizeof(bool) * room);
 	r.set.pages = palloc(sizeof(PageDone) * (room + list_length(detaching) + 1));
 
@@ -1841,15 +1891,15 @@ record_round(void)
 			!TimestampDifferenceExceeds(b->last_flush, now,
 										b->record_failed ? RECORD_RETRY_MS : RECORD_INTERVAL_MS))
 			continue;
-		if (r.set.nbatches == room)
+		if (r.nbatches == room)
 		{
 			room *= 2;
-			r.set.batches = repalloc(r.set.batches, sizeof(Batch *) * room);
+			r.batches = repalloc(r.batches, sizeof(Batch *) * room);
 			r.complete = repalloc(r.complete, sizeof(bool) * room);
 			r.set.pages = repalloc(r.set.pages, sizeof(PageDone) * (room + list_length(detaching) + 1));
 		}
-		r.complete[r.set.nbatches] = complete;
-		r.set.batches[r.set.nbatches++] = b;
+		r.complete[r.nbatches] = complete;
+		r.batches[r.nbatches++] = b;
 		if (complete && b->stream != NULL)
 			stream_parts_done++;
 		if (complete && b->is_page && b->stream == NULL)
@@ -1895,7 +1945,7 @@ record_round(void)
 	}
 
 	/* (a detach alone is written too: a paused endpoint may wait on it) */
-	if (r.set.nbatches == 0 && !r.moves_stream && r.set.ndetach == 0)
+	if (r.nbatches == 0 && !r.moves_stream && r.set.ndetach == 0)
 		return;
 
 	result = run_step("outbox: recording outcomes", record_step, &r);
@@ -1904,9 +1954,9 @@ record_round(void)
 
 	if (result == STEP_FAILED)
 	{
-		for (int i = 0; i < r.set.nbatches; i++)
+		for (int i = 0; i < r.nbatches; i++)
 		{
-			Batch	   *b = r.set.batches[i];
+			Batch	   *b = r.batches[i];
 
 			b->last_flush = now;
 			b->record_failed = true;
@@ -1963,9 +2013,9 @@ record_round(void)
 		MemoryContextSwitchTo(old);
 	}
 
-	for (int i = 0; i < r.set.nbatches; i++)
+	for (int i = 0; i < r.nbatches; i++)
 	{
-		Batch	   *b = r.set.batches[i];
+		Batch	   *b = r.batches[i];
 
 		b->last_flush = now;
 		b->record_failed = is_locked(&r, b->ep->id);
@@ -1992,7 +2042,7 @@ record_round(void)
 	if (r.locked != NULL)
 		pfree(r.locked);
 	ereport(DEBUG1,
-			(errmsg("outbox recorded %d batches", r.set.nbatches)));
+			(errmsg("outbox recorded %d batches", r.nbatches)));
 }
 
 /* Add the microseconds since start to a relay counter. */

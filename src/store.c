@@ -565,38 +565,36 @@ outbox_type(const char *name)
 
 /* One delivery's outcome as an outbox.outcome. */
 static Datum
-outcome_datum(TupleDesc td, const Delivery *d, const char *disable_reason)
+outcome_datum(TupleDesc td, const OutcomeRow *o)
 {
 	Datum		v[OUTCOME_ATTRS];
 	bool		n[OUTCOME_ATTRS];
-	bool		sent = !d->deferred && !d->already;
 
 	memset(n, 0, sizeof(n));
-	v[0] = Int32GetDatum(d->batch->ep->id);
-	v[1] = Int64GetDatum(d->id);
-	v[2] = UUIDPGetDatum(&d->event_id);
-	v[3] = Int32GetDatum(d->attempt);
-	v[4] = CStringGetTextDatum(d->outcome);
-	n[5] = d->next_at == 0;
-	v[5] = TimestampTzGetDatum(d->next_at);
-	n[6] = !sent || d->req.status == 0;
-	v[6] = Int32GetDatum((int32) d->req.status);
-	n[7] = !sent || d->req.error[0] == '\0';
-	v[7] = n[7] ? (Datum) 0 : CStringGetTextDatum(d->req.error);
-	n[8] = !sent;
-	v[8] = Float4GetDatum((float4) d->req.duration_ms);
-	n[9] = !sent || d->req.response_len == 0;
+	v[0] = Int32GetDatum(o->endpoint_id);
+	v[1] = Int64GetDatum(o->id);
+	v[2] = UUIDPGetDatum(o->event_id);
+	v[3] = Int32GetDatum(o->attempt);
+	v[4] = CStringGetTextDatum(o->outcome);
+	n[5] = o->next_at == 0;
+	v[5] = TimestampTzGetDatum(o->next_at);
+	n[6] = !o->sent || o->status == 0;
+	v[6] = Int32GetDatum((int32) o->status);
+	n[7] = !o->sent || o->error[0] == '\0';
+	v[7] = n[7] ? (Datum) 0 : CStringGetTextDatum(o->error);
+	n[8] = !o->sent;
+	v[8] = Float4GetDatum((float4) o->duration_ms);
+	n[9] = !o->sent || o->response_len == 0;
 	v[9] = n[9] ? (Datum) 0 :
-		PointerGetDatum(cstring_to_text_with_len(d->req.response, d->req.response_len));
-	n[10] = disable_reason == NULL;
-	v[10] = n[10] ? (Datum) 0 : CStringGetTextDatum(disable_reason);
+		PointerGetDatum(cstring_to_text_with_len(o->response, o->response_len));
+	n[10] = o->disable_reason == NULL;
+	v[10] = n[10] ? (Datum) 0 : CStringGetTextDatum(o->disable_reason);
 	return HeapTupleGetDatum(heap_form_tuple(td, v, n));
 }
 
 /*
- * Record, in one statement (outbox._record), the finished deliveries of the
- * set's batches that are not recorded yet, the pages whose positions move
- * and the endpoints that stop following the stream.  Returns how many
+ * Record, in one statement (outbox._record), the set's outcomes, the pages
+ * whose positions move and the endpoints that stop following the stream.  Returns how many
  * endpoints another transaction holds (a drop_endpoint() not yet
  * committed), their ids in *locked, allocated in locked_cxt (it outlives
  * the step's transaction): nothing of theirs was recorded, and the stream
@@ -611,9 +609,7 @@ store_record(const RecordSet *set, int **locked, MemoryContext locked_cxt)
 	Oid			page_type = outbox_type("page_done");
 	TupleDesc	outcome_td = lookup_rowtype_tupdesc_copy(outcome_type, -1);
 	TupleDesc	page_td = lookup_rowtype_tupdesc_copy(page_type, -1);
-	int			total = 0;
-	int			n = 0;
-	Datum	   *outcomes;
+	Datum	   *outcomes = palloc(sizeof(Datum) * Max(set->noutcomes, 1));
 	Datum	   *pages = palloc(sizeof(Datum) * Max(set->npages, 1));
 	Datum	   *detach = palloc(sizeof(Datum) * Max(set->ndetach, 1));
 	Datum		args[3];
@@ -627,24 +623,8 @@ store_record(const RecordSet *set, int **locked, MemoryContext locked_cxt)
 		plan = outbox_prepare_kept("SELECT outbox._record($1, $2, $3)", 3, types);
 	}
 
-	for (int i = 0; i < set->nbatches; i++)
-		total += set->batches[i]->n;
-	outcomes = palloc(sizeof(Datum) * Max(total, 1));
-	for (int i = 0; i < set->nbatches; i++)
-	{
-		Batch	   *b = set->batches[i];
-		const char *reason = b->disable_reason;
-
-		for (int j = 0; j < b->n; j++)
-		{
-			Delivery   *d = &b->d[j];
-
-			if (d->state != DELIVERY_DONE || d->recorded)
-				continue;
-			outcomes[n++] = outcome_datum(outcome_td, d, reason);
-			reason = NULL;
-		}
-	}
+	for (int i = 0; i < set->noutcomes; i++)
+		outcomes[i] = outcome_datum(outcome_td, &set->outcomes[i]);
 	for (int i = 0; i < set->npages; i++)
 	{
 		Datum		v[PAGE_DONE_ATTRS];
@@ -661,7 +641,7 @@ store_record(const RecordSet *set, int **locked, MemoryContext locked_cxt)
 	for (int i = 0; i < set->ndetach; i++)
 		detach[i] = Int32GetDatum(set->detach[i]);
 
-	args[0] = PointerGetDatum(construct_array(outcomes, n, outcome_type, -1, false, TYPALIGN_DOUBLE));
+	args[0] = PointerGetDatum(construct_array(outcomes, set->noutcomes, outcome_type, -1, false, TYPALIGN_DOUBLE));
 	args[1] = PointerGetDatum(construct_array(pages, set->npages, page_type, -1, false, TYPALIGN_DOUBLE));
 	args[2] = build_array(detach, NULL, set->ndetach, INT4OID);
 	rc = SPI_execute_plan(plan, args, NULL, false, 0);

@@ -61,11 +61,29 @@ typedef struct PageDone
 	bool		batch_done;
 } PageDone;
 
+/* One delivery's outcome, as outbox.outcome records it (store_record). */
+typedef struct OutcomeRow
+{
+	int			endpoint_id;
+	int64		id;
+	const pg_uuid_t *event_id;
+	int			attempt;
+	const char *outcome;
+	TimestampTz next_at;		/* 0: none */
+	bool		sent;			/* a request went; the rest describe it */
+	long		status;			/* 0: no response */
+	const char *error;			/* "": none */
+	double		duration_ms;
+	const char *response;
+	size_t		response_len;	/* 0: none kept */
+	const char *disable_reason; /* NULL: the endpoint stays enabled */
+} OutcomeRow;
+
 /* What one record statement records (store_record). */
 typedef struct RecordSet
 {
-	Batch	  **batches;		/* their finished deliveries not yet recorded */
-	int			nbatches;
+	OutcomeRow *outcomes;
+	int			noutcomes;
 	PageDone   *pages;
 	int			npages;
 	int		   *detach;			/* endpoints that stop following the stream */

@@ -2,14 +2,16 @@
  *
  * store.c
  *	  Every SQL statement the relay runs: check the installed version, load
- *	  endpoints, read a page of new events or the due retries of an
- *	  endpoint, record a batch's outcomes, and rotate.
+ *	  endpoints, read the stream's next page, a page of new events or the
+ *	  due retries of an endpoint, record outcomes, and rotate.
  *
  * Callers hold an open transaction with SPI connected and a snapshot
  * pushed (relay.c's bracket).  Plans are prepared once and kept; reading
  * and recording are one statement each (see the relay internals in
- * outbox--1.4.sql).  Results are copied into memory the caller names,
- * since SPI's memory ends with SPI_finish().
+ * outbox--1.4.sql).  Columns are found by name, once per result.  Results
+ * are copied, as plain rows, into memory the caller names, since SPI's
+ * memory ends with SPI_finish(); what follows from them (the endpoint
+ * table, batches, what is deferred or verified) is relay.c's.
  *
  *-------------------------------------------------------------------------
  */

@@ -14,6 +14,7 @@ OBJS = \
 	src/http.o \
 	src/address.o \
 	src/policy.o \
+	src/delivery.o \
 	src/store.o \
 	src/launcher.o \
 	src/inbox.o \

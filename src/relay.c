@@ -46,7 +46,9 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
+#include "delivery.h"
 #include "guc.h"
+#include "policy.h"
 #include "route.h"
 #include "sender.h"
 #include "shmem.h"
@@ -183,6 +185,17 @@ free_batch(Batch *b)
 		events->refs--;
 		release_stream_page(events);
 	}
+}
+
+/*
+ * A memory context for a new batch, which the batch takes over.  One for a
+ * batch to be read goes under the step's transaction until it is made
+ * (MemoryContextSetParent), so that an error reading it frees it.
+ */
+static MemoryContext
+new_batch_context(MemoryContext parent)
+{
+	return AllocSetContextCreate(parent, "outbox batch", ALLOCSET_SMALL_SIZES);
 }
 
 /*
@@ -358,13 +371,124 @@ link_same_key(Batch *b)
 	}
 }
 
+static void
+free_endpoint_strings(RelayEndpoint *ep)
+{
+	pfree(ep->name);
+	pfree(ep->url);
+	pfree(ep->headers);
+	for (int i = 0; i < ep->npatterns; i++)
+		pfree(ep->patterns[i]);
+	if (ep->patterns)
+		pfree(ep->patterns);
+	ep->patterns = NULL;
+	ep->npatterns = 0;
+}
+
+/*
+ * Refresh the endpoint table from SQL (in a read step).  Each row's strings
+ * are taken over by its entry.  Entries that disappeared and have nothing
+ * in flight are removed; those with something in flight stay inactive until
+ * it finishes.
+ */
+static void
+load_endpoints(void)
+{
+	static bool first_load = true;	/* since this relay started */
+	HASH_SEQ_STATUS seq;
+	RelayEndpoint *ep;
+	EndpointRow *rows;
+	int			n = store_load_endpoints(&rows, relay_cxt);
+
+	hash_seq_init(&seq, endpoints);
+	while ((ep = hash_seq_search(&seq)) != NULL)
+		ep->seen = false;
+
+	for (int i = 0; i < n; i++)
+	{
+		EndpointRow *row = &rows[i];
+		bool		found;
+
+		ep = hash_search(endpoints, &row->id, HASH_ENTER, &found);
+		if (!found)
+		{
+			memset(((char *) ep) + sizeof(int), 0, sizeof(RelayEndpoint) - sizeof(int));
+			/*
+			 * What a relay before us had in flight may have arrived; an
+			 * endpoint that appears later cannot have had anything in flight.
+			 */
+			ep->verify_page = first_load;
+			ep->verify_due = first_load;
+		}
+		else
+			free_endpoint_strings(ep);
+		ep->name = row->name;
+		ep->url = row->url;
+		ep->headers = row->headers;
+		ep->patterns = row->patterns;
+		ep->npatterns = row->npatterns;
+		/*
+		 * The relay knows best whether an endpoint follows the stream: it
+		 * may have detached it without having recorded that yet.
+		 */
+		if (!found || !ep->detach)
+			ep->follows = row->follows;
+		ep->timeout_ms = row->timeout_ms;
+		ep->max_attempts = row->max_attempts;
+		ep->ordered = row->ordered;
+		ep->active = row->active;
+		ep->seen = true;
+
+		if (row->key_ok)
+		{
+			memcpy(ep->key, row->key, row->keylen);
+			ep->keylen = row->keylen;
+		}
+		else
+		{
+			ereport(WARNING,
+					(errmsg("outbox endpoint \"%s\" has an invalid signing secret; not delivering to it",
+							ep->name)));
+			ep->active = false;
+		}
+		memcpy(ep->old_key, row->old_key, row->old_keylen);
+		ep->old_keylen = row->old_keylen;
+		ep->max_in_flight = row->max_in_flight;
+		if (row->format_ok)
+			ep->format = row->format;
+		else
+		{
+			/* (endpoints_format_check: cannot happen) */
+			ereport(WARNING,
+					(errmsg("outbox endpoint \"%s\" has an unknown format; not delivering to it",
+							ep->name)));
+			ep->active = false;
+		}
+	}
+	pfree(rows);
+
+	first_load = false;
+	hash_seq_init(&seq, endpoints);
+	while ((ep = hash_seq_search(&seq)) != NULL)
+	{
+		if (ep->seen)
+			continue;
+		ep->active = false;
+		if (ep->page == NULL && ep->due == NULL && !ep->detach)
+		{
+			free_endpoint_strings(ep);
+			hash_search(endpoints, &ep->id, HASH_REMOVE, NULL);
+		}
+	}
+}
+
+static void detach(RelayEndpoint *ep);
+
 /*
  * After a load of the endpoints: rebuild the routes, and who reads on its
  * own.  An endpoint that follows the stream but may not receive now (paused,
  * disabled, gone) stops following it.
  */
-static void detach(RelayEndpoint *ep);
-
 static void
 endpoints_loaded(void)
 {
@@ -447,15 +571,8 @@ stream_body(StreamPage *p, StreamEvent *e, OutboxFormat format)
 	if (e->body[format] == NULL)
 	{
 		MemoryContext old = MemoryContextSwitchTo(p->cxt);
-		EventParts	parts;
 
-		parts.event_id = &e->event_id;
-		parts.type = e->type;
-		parts.emitted_at = e->emitted_at;
-		parts.key = e->key;
-		parts.data = e->data;
-		parts.data_len = e->data_len;
-		e->body[format] = outbox_format_body(format, &parts);
+		e->body[format] = delivery_event_body(e, format);
 		MemoryContextSwitchTo(old);
 	}
 	return e->body[format];
@@ -529,7 +646,7 @@ route_page(StreamPage *p)
 	foreach(lc, parts)
 	{
 		RelayEndpoint *ep = (RelayEndpoint *) lfirst(lc);
-		Batch	   *b = store_new_batch(ep, true, ep->routed, relay_cxt);
+		Batch	   *b = delivery_new_batch(ep, true, ep->routed, new_batch_context(relay_cxt));
 
 		b->n = 0;
 		b->stream = p;
@@ -563,17 +680,8 @@ route_page(StreamPage *p)
 			if (b == NULL)
 				continue;
 			d = &b->d[b->n++];
-			d->batch = b;
-			d->prev_same_key = -1;
-			d->id = e->id;
-			d->event_id = e->event_id;
-			d->type = e->type;
-			d->emitted_at = e->emitted_at;
-			d->key = e->key;
+			delivery_of_event(d, b, e);
 			d->body = stream_body(p, e, b->ep->format);
-			d->event_headers = e->headers;
-			d->n_event_headers = e->n_headers;
-			d->deliver_at = e->deliver_at;
 			verify_some |= b->ep->verify_page;
 			d->deferred = e->deliver_at != 0 && e->deliver_at > now;
 			d->attempt = d->deferred ? 0 : 1;
@@ -697,6 +805,9 @@ read_stream(void)
 {
 	List	   *candidates = NIL;
 	ListCell   *lc;
+	MemoryContext cxt;
+	EventRows	rows;
+	StreamPage *p;
 
 	foreach(lc, own_readers)
 	{
@@ -737,9 +848,25 @@ read_stream(void)
 	stream_more = false;
 	if (followers == 0)
 		return;
-	stream_unconfirmed = store_read_stream(stream_page_size(), relay_cxt);
-	if (stream_unconfirmed != NULL)
-		route_page(stream_unconfirmed);
+	/* (under the transaction until read, as a batch: new_batch_context) */
+	cxt = AllocSetContextCreate(TopTransactionContext, "outbox stream page", ALLOCSET_DEFAULT_SIZES);
+	if (!store_read_stream(stream_page_size(), &rows, cxt))
+	{
+		MemoryContextDelete(cxt);
+		stream_unconfirmed = NULL;
+		return;
+	}
+	p = MemoryContextAllocZero(relay_cxt, sizeof(StreamPage));
+	p->cxt = cxt;
+	p->n = rows.n;
+	p->ev = rows.ev;
+	p->snap = rows.snap;
+	p->last_id = p->ev[p->n - 1].id;
+	p->batch_done = rows.batch_done;
+	p->in_stream = true;
+	MemoryContextSetParent(cxt, relay_cxt);
+	stream_unconfirmed = p;
+	route_page(p);
 }
 
 /*
@@ -761,6 +888,66 @@ own_page_size(const RelayEndpoint *ep)
 	if (ep->lagged || ep->retry_failures > 0)
 		return Min(outbox_batch_size, 2 * endpoint_cap(ep));
 	return outbox_batch_size;
+}
+
+/*
+ * ep's next page of new events, or NULL when there is none.  Of its
+ * deliveries, those whose deliver_at is later wait, and on an ordered
+ * endpoint those behind an earlier event of their key (blocked) wait for
+ * now; the rest go as first attempts.
+ */
+static Batch *
+read_own_page(RelayEndpoint *ep)
+{
+	MemoryContext cxt = new_batch_context(TopTransactionContext);
+	EventRows	rows;
+	Batch	   *b;
+
+	if (!store_read_page(ep->id, own_page_size(ep), ep->verify_page, &rows, cxt))
+	{
+		MemoryContextDelete(cxt);
+		return NULL;
+	}
+	b = delivery_batch_of_events(ep, true, &rows, cxt);
+	b->snap = rows.snap;
+	b->last_id = b->d[b->n - 1].id;
+	b->batch_done = rows.batch_done;
+	for (int i = 0; i < b->n; i++)
+	{
+		Delivery   *d = &b->d[i];
+
+		d->deferred = d->deliver_at != 0 && d->deliver_at > GetCurrentTimestamp();
+		if (rows.blocked[i])
+		{
+			d->deferred = true;
+			d->deliver_at = GetCurrentTimestamp();
+		}
+		d->attempt = d->deferred ? 0 : 1;
+	}
+	delivery_free_events(&rows);
+	MemoryContextSetParent(cxt, relay_cxt);
+	return b;
+}
+
+/* ep's due retries, or NULL when none is due. */
+static Batch *
+read_due(RelayEndpoint *ep)
+{
+	MemoryContext cxt = new_batch_context(TopTransactionContext);
+	EventRows	rows;
+	Batch	   *b;
+
+	if (!store_read_due(ep->id, outbox_batch_size, ep->verify_due, &rows, cxt))
+	{
+		MemoryContextDelete(cxt);
+		return NULL;
+	}
+	b = delivery_batch_of_events(ep, false, &rows, cxt);
+	for (int i = 0; i < b->n; i++)
+		b->d[i].attempt = rows.attempts[i] + 1;
+	delivery_free_events(&rows);
+	MemoryContextSetParent(cxt, relay_cxt);
+	return b;
 }
 
 /*
@@ -801,7 +988,7 @@ read_step(void *arg)
 			endpoints_version = version;
 			endpoints_loaded_at = now;
 			endpoints_stale = false;
-			store_load_endpoints(endpoints, relay_cxt);
+			load_endpoints();
 			endpoints_loaded();
 		}
 		/* Retries come due with time, not with commits. */
@@ -836,7 +1023,7 @@ read_step(void *arg)
 		if (may_read_page(ep, full))
 		{
 			ep->more_page = false;
-			ep->page = store_read_page(ep, own_page_size(ep), relay_cxt);
+			ep->page = read_own_page(ep);
 			if (ep->page)
 			{
 				link_same_key(ep->page);
@@ -862,7 +1049,7 @@ read_step(void *arg)
 		if (may_read_due(ep, true))
 		{
 			ep->more_due = false;
-			ep->due = store_read_due(ep, outbox_batch_size, relay_cxt);
+			ep->due = read_due(ep);
 			if (ep->due)
 				dlist_push_tail(&unconfirmed, &ep->due->node);
 		}
@@ -1530,12 +1717,61 @@ collect(void)
 /* What record_step records, and what each batch in it is. */
 typedef struct RecordRound
 {
-	RecordSet	set;
-	bool	   *complete;		/* per batch of the set: nothing in flight */
+	Batch	  **batches;		/* their finished deliveries not yet recorded */
+	int			nbatches;
+	RecordSet	set;			/* their outcomes (record_step), pages and
+								 * detaches */
+	bool	   *complete;		/* per batch: nothing in flight */
 	bool		moves_stream;	/* the set moves the stream past its page */
 	int		   *locked;			/* after the step: endpoints held elsewhere */
 	int			nlocked;
 } RecordRound;
+
+/*
+ * The outcomes of the round's batches not recorded yet, in current memory:
+ * those of finished deliveries, a batch's reason to disable its endpoint
+ * with the first of its.  Returns how many.
+ */
+static int
+outcome_rows(const RecordRound *r, OutcomeRow **rows)
+{
+	int			total = 0;
+	int			n = 0;
+
+	for (int i = 0; i < r->nbatches; i++)
+		total += r->batches[i]->n;
+	*rows = palloc(sizeof(OutcomeRow) * Max(total, 1));
+	for (int i = 0; i < r->nbatches; i++)
+	{
+		Batch	   *b = r->batches[i];
+		const char *reason = b->disable_reason;
+
+		for (int j = 0; j < b->n; j++)
+		{
+			Delivery   *d = &b->d[j];
+			OutcomeRow *o;
+
+			if (d->state != DELIVERY_DONE || d->recorded)
+				continue;
+			o = &(*rows)[n++];
+			o->endpoint_id = d->batch->ep->id;
+			o->id = d->id;
+			o->event_id = &d->event_id;
+			o->attempt = d->attempt;
+			o->outcome = d->outcome;
+			o->next_at = d->next_at;
+			o->sent = !d->deferred && !d->already;
+			o->status = d->req.status;
+			o->error = d->req.error;
+			o->duration_ms = d->req.duration_ms;
+			o->response = d->req.response;
+			o->response_len = d->req.response_len;
+			o->disable_reason = reason;
+			reason = NULL;
+		}
+	}
+	return n;
+}
 
 /*
  * The recording step of record_round: one statement.  Endpoints another
@@ -1547,6 +1783,7 @@ record_step(void *arg)
 {
 	RecordRound *r = (RecordRound *) arg;
 
+	r->set.noutcomes = outcome_rows(r, &r->set.outcomes);
 	r->nlocked = store_record(&r->set, &r->locked, relay_cxt);
 	return r->nlocked == 0 ? STEP_DONE : STEP_DECLINED;
 }
@@ -1652,7 +1889,7 @@ record_round(void)
 	StepResult	result;
 
 	memset(&r, 0, sizeof(r));
-	r.set.batches = palloc(sizeof(Batch *) * room);
+	r.batches = palloc(sizeof(Batch *) * room);
 	r.complete = palloc(sizeof(bool) * room);
 	r.set.pages = palloc(sizeof(PageDone) * (room + list_length(detaching) + 1));
 
@@ -1687,15 +1924,15 @@ record_round(void)
 			!TimestampDifferenceExceeds(b->last_flush, now,
 										b->record_failed ? RECORD_RETRY_MS : RECORD_INTERVAL_MS))
 			continue;
-		if (r.set.nbatches == room)
+		if (r.nbatches == room)
 		{
 			room *= 2;
-			r.set.batches = repalloc(r.set.batches, sizeof(Batch *) * room);
+			r.batches = repalloc(r.batches, sizeof(Batch *) * room);
 			r.complete = repalloc(r.complete, sizeof(bool) * room);
 			r.set.pages = repalloc(r.set.pages, sizeof(PageDone) * (room + list_length(detaching) + 1));
 		}
-		r.complete[r.set.nbatches] = complete;
-		r.set.batches[r.set.nbatches++] = b;
+		r.complete[r.nbatches] = complete;
+		r.batches[r.nbatches++] = b;
 		if (complete && b->stream != NULL)
 			stream_parts_done++;
 		if (complete && b->is_page && b->stream == NULL)
@@ -1741,7 +1978,7 @@ record_round(void)
 	}
 
 	/* (a detach alone is written too: a paused endpoint may wait on it) */
-	if (r.set.nbatches == 0 && !r.moves_stream && r.set.ndetach == 0)
+	if (r.nbatches == 0 && !r.moves_stream && r.set.ndetach == 0)
 		return;
 
 	result = run_step("outbox: recording outcomes", record_step, &r);
@@ -1750,9 +1987,9 @@ record_round(void)
 
 	if (result == STEP_FAILED)
 	{
-		for (int i = 0; i < r.set.nbatches; i++)
+		for (int i = 0; i < r.nbatches; i++)
 		{
-			Batch	   *b = r.set.batches[i];
+			Batch	   *b = r.batches[i];
 
 			b->last_flush = now;
 			b->record_failed = true;
@@ -1809,9 +2046,9 @@ record_round(void)
 		MemoryContextSwitchTo(old);
 	}
 
-	for (int i = 0; i < r.set.nbatches; i++)
+	for (int i = 0; i < r.nbatches; i++)
 	{
-		Batch	   *b = r.set.batches[i];
+		Batch	   *b = r.batches[i];
 
 		b->last_flush = now;
 		b->record_failed = is_locked(&r, b->ep->id);
@@ -1838,7 +2075,7 @@ record_round(void)
 	if (r.locked != NULL)
 		pfree(r.locked);
 	ereport(DEBUG1,
-			(errmsg("outbox recorded %d batches", r.set.nbatches)));
+			(errmsg("outbox recorded %d batches", r.nbatches)));
 }
 
 /* Add the microseconds since start to a relay counter. */

@@ -2,14 +2,16 @@
  *
  * store.c
  *	  Every SQL statement the relay runs: check the installed version, load
- *	  endpoints, read a page of new events or the due retries of an
- *	  endpoint, record a batch's outcomes, and rotate.
+ *	  endpoints, read the stream's next page, a page of new events or the
+ *	  due retries of an endpoint, record outcomes, and rotate.
  *
  * Callers hold an open transaction with SPI connected and a snapshot
  * pushed (relay.c's bracket).  Plans are prepared once and kept; reading
  * and recording are one statement each (see the relay internals in
- * outbox--1.4.sql).  Results are copied into memory the caller names,
- * since SPI's memory ends with SPI_finish().
+ * outbox--1.4.sql).  Columns are found by name, once per result.  Results
+ * are copied, as plain rows, into memory the caller names, since SPI's
+ * memory ends with SPI_finish(); what follows from them (the endpoint
+ * table, batches, what is deferred or verified) is relay.c's.
  *
  *-------------------------------------------------------------------------
  */
@@ -23,7 +25,6 @@
 #include "commands/dbcommands.h"
 #include "funcapi.h"
 #include "utils/builtins.h"
-#include "utils/hsearch.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/syscache.h"
@@ -37,12 +38,7 @@
 #include "store.h"
 
 static SPIPlanPtr endpoints_plan = NULL;
-static SPIPlanPtr page_plan = NULL;
-static SPIPlanPtr due_plan = NULL;
 static SPIPlanPtr rotate_plan = NULL;
-
-/* Until the first load of endpoints since this relay started. */
-static bool first_load = true;
 
 /* Is outbox installed in this database (a catalog cache lookup)? */
 bool
@@ -110,26 +106,12 @@ col_datum(HeapTuple tup, TupleDesc desc, int col, bool *isnull)
 	return SPI_getbinval(tup, desc, col, isnull);
 }
 
-static void
-free_endpoint_strings(RelayEndpoint *ep)
-{
-	pfree(ep->name);
-	pfree(ep->url);
-	pfree(ep->headers);
-	for (int i = 0; i < ep->npatterns; i++)
-		pfree(ep->patterns[i]);
-	if (ep->patterns)
-		pfree(ep->patterns);
-	ep->patterns = NULL;
-	ep->npatterns = 0;
-}
-
 /*
- * The endpoint's event-type patterns (text[]), copied into cxt; what
- * deconstructing the array takes stays in the caller's (SPI's) memory.
+ * An event-type pattern array (text[]), copied into cxt; what deconstructing
+ * it takes stays in the current (SPI's) memory.
  */
-static void
-copy_patterns(RelayEndpoint *ep, Datum arr, MemoryContext cxt)
+static int
+copy_patterns(Datum arr, char ***patterns, MemoryContext cxt)
 {
 	Datum	   *elems;
 	bool	   *nulls;
@@ -137,23 +119,39 @@ copy_patterns(RelayEndpoint *ep, Datum arr, MemoryContext cxt)
 
 	deconstruct_array(DatumGetArrayTypeP(arr), TEXTOID, -1, false, TYPALIGN_INT,
 					  &elems, &nulls, &n);
-	ep->npatterns = n;
-	ep->patterns = MemoryContextAlloc(cxt, sizeof(char *) * Max(n, 1));
+	*patterns = MemoryContextAlloc(cxt, sizeof(char *) * Max(n, 1));
 	for (int i = 0; i < n; i++)
-		ep->patterns[i] = MemoryContextStrdup(cxt, TextDatumGetCString(elems[i]));
+		(*patterns)[i] = MemoryContextStrdup(cxt, TextDatumGetCString(elems[i]));
+	return n;
 }
 
 /*
- * Refresh the endpoint table from SQL.  Entries that disappeared and have
- * nothing in flight are removed; those with something in flight stay
- * inactive until it finishes.
+ * Every endpoint as outbox._relay_endpoints() returns it.  Returns how many,
+ * the rows in *rows, allocated in the current memory context; their strings
+ * (name, url, headers, patterns) are copied into cxt for the caller to keep.
+ * Secrets come back as keys, the format as its enum; whether each was valid
+ * is for the caller to act on.
  */
-void
-store_load_endpoints(HTAB *endpoints, MemoryContext cxt)
+int
+store_load_endpoints(EndpointRow **rows, MemoryContext cxt)
 {
-	HASH_SEQ_STATUS seq;
-	RelayEndpoint *ep;
+	TupleDesc	desc;
 	int			rc;
+	int			n;
+	int			c_id,
+				c_name,
+				c_url,
+				c_headers,
+				c_timeout,
+				c_max_attempts,
+				c_ordered,
+				c_active,
+				c_secret,
+				c_previous,
+				c_types,
+				c_follows,
+				c_max_in_flight,
+				c_format;
 
 	if (endpoints_plan == NULL)
 		endpoints_plan = outbox_prepare_kept("SELECT * FROM outbox._relay_endpoints()", 0, NULL);
@@ -162,117 +160,65 @@ store_load_endpoints(HTAB *endpoints, MemoryContext cxt)
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "loading endpoints failed: %s", SPI_result_code_string(rc));
 
-	hash_seq_init(&seq, endpoints);
-	while ((ep = hash_seq_search(&seq)) != NULL)
-		ep->seen = false;
+	desc = SPI_tuptable->tupdesc;
+	c_id = SPI_fnumber(desc, "id");
+	c_name = SPI_fnumber(desc, "name");
+	c_url = SPI_fnumber(desc, "url");
+	c_headers = SPI_fnumber(desc, "header_lines");
+	c_timeout = SPI_fnumber(desc, "timeout_ms");
+	c_max_attempts = SPI_fnumber(desc, "max_attempts");
+	c_ordered = SPI_fnumber(desc, "ordered");
+	c_active = SPI_fnumber(desc, "active");
+	c_secret = SPI_fnumber(desc, "secret");
+	c_previous = SPI_fnumber(desc, "previous_secret");
+	c_types = SPI_fnumber(desc, "event_types");
+	c_follows = SPI_fnumber(desc, "follows");
+	c_max_in_flight = SPI_fnumber(desc, "max_in_flight");
+	c_format = SPI_fnumber(desc, "format");
 
-	for (uint64 i = 0; i < SPI_processed; i++)
+	n = (int) SPI_processed;
+	*rows = palloc0(sizeof(EndpointRow) * Max(n, 1));
+	for (int i = 0; i < n; i++)
 	{
 		HeapTuple	tup = SPI_tuptable->vals[i];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
+		EndpointRow *row = &(*rows)[i];
 		bool		isnull;
-		bool		found;
-		int			id = DatumGetInt32(col_datum(tup, desc, 1, &isnull));
 		char	   *secret;
 		char	   *old_secret;
-		MemoryContext old;
 
-		ep = hash_search(endpoints, &id, HASH_ENTER, &found);
-		if (!found)
-		{
-			memset(((char *) ep) + sizeof(int), 0, sizeof(RelayEndpoint) - sizeof(int));
-			/*
-			 * What a relay before us had in flight may have arrived; an
-			 * endpoint that appears later cannot have had anything in flight.
-			 */
-			ep->verify_page = first_load;
-			ep->verify_due = first_load;
-		}
-		else
-			free_endpoint_strings(ep);
-		old = MemoryContextSwitchTo(cxt);
-		ep->name = pstrdup(col_text(tup, desc, 2));
-		ep->url = pstrdup(col_text(tup, desc, 3));
-		ep->headers = pstrdup(col_text(tup, desc, 4));
-		MemoryContextSwitchTo(old);
-		copy_patterns(ep, col_datum(tup, desc, 11, &isnull), cxt);
-		/*
-		 * The relay knows best whether an endpoint follows the stream: it
-		 * may have detached it without having recorded that yet.
-		 */
-		if (!found || !ep->detach)
-			ep->follows = DatumGetBool(col_datum(tup, desc, 12, &isnull));
+		row->id = DatumGetInt32(col_datum(tup, desc, c_id, &isnull));
+		row->name = MemoryContextStrdup(cxt, col_text(tup, desc, c_name));
+		row->url = MemoryContextStrdup(cxt, col_text(tup, desc, c_url));
+		row->headers = MemoryContextStrdup(cxt, col_text(tup, desc, c_headers));
+		row->npatterns = copy_patterns(col_datum(tup, desc, c_types, &isnull),
+									   &row->patterns, cxt);
+		row->follows = DatumGetBool(col_datum(tup, desc, c_follows, &isnull));
+
 		/*
 		 * Within the bounds create_endpoint() checks: an endpoint stored
 		 * before 1.2 may hold a timeout that passed the interval comparison
 		 * but not as milliseconds ('1 year -360 days 10 seconds').
 		 */
-		ep->timeout_ms = DatumGetInt64(col_datum(tup, desc, 5, &isnull));
-		ep->timeout_ms = Min(Max(ep->timeout_ms, OUTBOX_MIN_TIMEOUT_MS), OUTBOX_MAX_TIMEOUT_MS);
-		ep->max_attempts = DatumGetInt32(col_datum(tup, desc, 6, &isnull));
-		ep->ordered = DatumGetBool(col_datum(tup, desc, 7, &isnull));
-		ep->active = DatumGetBool(col_datum(tup, desc, 8, &isnull));
-		ep->seen = true;
+		row->timeout_ms = DatumGetInt64(col_datum(tup, desc, c_timeout, &isnull));
+		row->timeout_ms = Min(Max(row->timeout_ms, OUTBOX_MIN_TIMEOUT_MS), OUTBOX_MAX_TIMEOUT_MS);
+		row->max_attempts = DatumGetInt32(col_datum(tup, desc, c_max_attempts, &isnull));
+		row->ordered = DatumGetBool(col_datum(tup, desc, c_ordered, &isnull));
+		row->active = DatumGetBool(col_datum(tup, desc, c_active, &isnull));
 
-		secret = col_text(tup, desc, 9);
-		if (!outbox_secret_key(secret, strlen(secret), ep->key, &ep->keylen))
-		{
-			ereport(WARNING,
-					(errmsg("outbox endpoint \"%s\" has an invalid signing secret; not delivering to it",
-							ep->name)));
-			ep->active = false;
-		}
-		old_secret = col_text(tup, desc, 10);
-		ep->old_keylen = 0;
+		secret = col_text(tup, desc, c_secret);
+		row->key_ok = outbox_secret_key(secret, strlen(secret), row->key, &row->keylen);
+		old_secret = col_text(tup, desc, c_previous);
+		row->old_keylen = 0;
 		if (old_secret != NULL &&
-			!outbox_secret_key(old_secret, strlen(old_secret), ep->old_key, &ep->old_keylen))
-			ep->old_keylen = 0;
+			!outbox_secret_key(old_secret, strlen(old_secret), row->old_key, &row->old_keylen))
+			row->old_keylen = 0;
 		/* NULL: outbox.endpoint_concurrency, whatever it is at the time */
-		ep->max_in_flight = DatumGetInt32(col_datum(tup, desc, 13, &isnull));
+		row->max_in_flight = DatumGetInt32(col_datum(tup, desc, c_max_in_flight, &isnull));
 		if (isnull)
-			ep->max_in_flight = 0;
-		if (!outbox_format_from_name(col_text(tup, desc, 14), &ep->format))
-		{
-			/* (endpoints_format_check: cannot happen) */
-			ereport(WARNING,
-					(errmsg("outbox endpoint \"%s\" has an unknown format; not delivering to it",
-							ep->name)));
-			ep->active = false;
-		}
+			row->max_in_flight = 0;
+		row->format_ok = outbox_format_from_name(col_text(tup, desc, c_format), &row->format);
 	}
-
-	first_load = false;
-	hash_seq_init(&seq, endpoints);
-	while ((ep = hash_seq_search(&seq)) != NULL)
-	{
-		if (ep->seen)
-			continue;
-		ep->active = false;
-		if (ep->page == NULL && ep->due == NULL && !ep->detach)
-		{
-			free_endpoint_strings(ep);
-			hash_search(endpoints, &ep->id, HASH_REMOVE, NULL);
-		}
-	}
-}
-
-/*
- * A new batch of n deliveries for ep, in a memory context of its own under
- * parent.  The caller fills the deliveries.
- */
-Batch *
-store_new_batch(RelayEndpoint *ep, bool is_page, int n, MemoryContext parent)
-{
-	MemoryContext cxt = AllocSetContextCreate(parent, "outbox batch", ALLOCSET_SMALL_SIZES);
-	Batch	   *b = MemoryContextAllocZero(cxt, sizeof(Batch));
-
-	b->ep = ep;
-	b->cxt = cxt;
-	b->is_page = is_page;
-	b->n = n;
-	b->room = n;
-	b->d = MemoryContextAllocZero(cxt, sizeof(Delivery) * n);
-	return b;
+	return n;
 }
 
 /* Copy a text[] of header lines into current memory; returns how many. */
@@ -292,20 +238,18 @@ copy_header_lines(Datum arr, char ***lines)
 }
 
 /*
- * Run a read plan (page or due retries) for ep, at most limit events and
- * about outbox.batch_bytes of payload and headers, and copy what both return
- * into a new batch under parent: id, event_id, event_type, key,
- * emitted_at, header_lines and delivered, and the body in ep's format,
- * made of the data.  NULL when it returned nothing.  The caller reads its
- * own columns from SPI_tuptable afterwards.
+ * Run a read plan (the stream, a page, due retries) and copy the events it
+ * returned into cxt: id, event_id, event_type, key, emitted_at, data and
+ * header_lines, which every reader returns, and those of deliver_at,
+ * delivered, blocked, attempts, batch and bytes_cut that it returns.  False
+ * when it returned nothing.  limit is the plan's: a page shorter than it,
+ * and not cut by outbox.batch_bytes, ended its batch.
  */
-static Batch *
-read_batch(SPIPlanPtr plan, RelayEndpoint *ep, bool is_page, int limit, bool verify,
-		   MemoryContext parent)
+static bool
+read_events(SPIPlanPtr plan, Datum *args, bool read_only, int limit,
+			EventRows *rows, MemoryContext cxt, const char *what)
 {
-	Datum		args[4];
 	int			rc;
-	Batch	   *b;
 	MemoryContext old;
 	TupleDesc	desc;
 	int			c_id,
@@ -315,17 +259,20 @@ read_batch(SPIPlanPtr plan, RelayEndpoint *ep, bool is_page, int limit, bool ver
 				c_emitted,
 				c_data,
 				c_headers,
-				c_delivered;
+				c_deliver_at,
+				c_delivered,
+				c_blocked,
+				c_attempts,
+				c_batch,
+				c_bytes_cut;
+	bool		isnull;
 
-	args[0] = Int32GetDatum(ep->id);
-	args[1] = Int32GetDatum(limit);
-	args[2] = BoolGetDatum(verify);
-	args[3] = Int64GetDatum((int64) outbox_batch_bytes);
-	rc = SPI_execute_plan(plan, args, NULL, !is_page, 0);
+	rc = SPI_execute_plan(plan, args, NULL, read_only, 0);
 	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "reading events failed: %s", SPI_result_code_string(rc));
+		elog(ERROR, "reading %s failed: %s", what, SPI_result_code_string(rc));
+	memset(rows, 0, sizeof(EventRows));
 	if (SPI_processed == 0)
-		return NULL;
+		return false;
 
 	desc = SPI_tuptable->tupdesc;
 	c_id = SPI_fnumber(desc, "id");
@@ -335,130 +282,136 @@ read_batch(SPIPlanPtr plan, RelayEndpoint *ep, bool is_page, int limit, bool ver
 	c_emitted = SPI_fnumber(desc, "emitted_at");
 	c_data = SPI_fnumber(desc, "data");
 	c_headers = SPI_fnumber(desc, "header_lines");
-	c_delivered = SPI_fnumber(desc, "delivered");
-
-	b = store_new_batch(ep, is_page, (int) SPI_processed, parent);
-	old = MemoryContextSwitchTo(b->cxt);
-	for (int i = 0; i < b->n; i++)
-	{
-		HeapTuple	tup = SPI_tuptable->vals[i];
-		Delivery   *d = &b->d[i];
-		bool		isnull;
-		text	   *data;
-		EventParts	parts;
-
-		d->batch = b;
-		d->prev_same_key = -1;
-		d->id = DatumGetInt64(col_datum(tup, desc, c_id, &isnull));
-		memcpy(&d->event_id, DatumGetUUIDP(col_datum(tup, desc, c_event, &isnull)), sizeof(pg_uuid_t));
-		d->type = col_text(tup, desc, c_type);
-		d->key = col_text(tup, desc, c_key);
-		d->emitted_at = DatumGetTimestampTz(col_datum(tup, desc, c_emitted, &isnull));
-		data = DatumGetTextPP(col_datum(tup, desc, c_data, &isnull));
-		parts.event_id = &d->event_id;
-		parts.type = d->type;
-		parts.emitted_at = d->emitted_at;
-		parts.key = d->key;
-		parts.data = VARDATA_ANY(data);
-		parts.data_len = VARSIZE_ANY_EXHDR(data);
-		d->body = outbox_format_body(ep->format, &parts);
-		d->n_event_headers = copy_header_lines(col_datum(tup, desc, c_headers, &isnull),
-											   &d->event_headers);
-		d->already = DatumGetBool(col_datum(tup, desc, c_delivered, &isnull));
-	}
-	MemoryContextSwitchTo(old);
-	return b;
-}
-
-/*
- * The next page of new events for ep, or NULL when there is none.  The
- * batch lives in a new memory context under parent.
- */
-Batch *
-store_read_page(RelayEndpoint *ep, int limit, MemoryContext parent)
-{
-	Batch	   *b;
-	TupleDesc	desc;
-	int			c_deliver_at,
-				c_blocked;
-	bool		bytes_cut;
-	bool		cut_null;
-
-	if (page_plan == NULL)
-	{
-		Oid			types[4] = {INT4OID, INT4OID, BOOLOID, INT8OID};
-
-		page_plan = outbox_prepare_kept("SELECT id, event_id, event_type, deliver_at, key, emitted_at, data, header_lines, batch, "
-										"blocked, delivered, bytes_cut "
-										"FROM outbox._read_page($1, $2, $3, $4)", 4, types);
-	}
-	b = read_batch(page_plan, ep, true, limit, ep->verify_page, parent);
-	if (b == NULL)
-		return NULL;
-
-	desc = SPI_tuptable->tupdesc;
+	/* (SPI_ERROR_NOATTRIBUTE, below 1, where the reader returns none) */
 	c_deliver_at = SPI_fnumber(desc, "deliver_at");
+	c_delivered = SPI_fnumber(desc, "delivered");
 	c_blocked = SPI_fnumber(desc, "blocked");
-	b->snap = MemoryContextStrdup(b->cxt, col_text(SPI_tuptable->vals[0], desc, SPI_fnumber(desc, "batch")));
-	for (int i = 0; i < b->n; i++)
+	c_attempts = SPI_fnumber(desc, "attempts");
+	c_batch = SPI_fnumber(desc, "batch");
+	c_bytes_cut = SPI_fnumber(desc, "bytes_cut");
+
+	old = MemoryContextSwitchTo(cxt);
+	rows->n = (int) SPI_processed;
+	rows->ev = palloc0(sizeof(StreamEvent) * rows->n);
+	if (c_delivered > 0)
+		rows->delivered = palloc0(sizeof(bool) * rows->n);
+	if (c_blocked > 0)
+		rows->blocked = palloc0(sizeof(bool) * rows->n);
+	if (c_attempts > 0)
+		rows->attempts = palloc0(sizeof(int) * rows->n);
+	for (int i = 0; i < rows->n; i++)
 	{
 		HeapTuple	tup = SPI_tuptable->vals[i];
-		Delivery   *d = &b->d[i];
-		bool		isnull;
+		StreamEvent *e = &rows->ev[i];
 		Datum		v;
 
-		v = col_datum(tup, desc, c_deliver_at, &isnull);
-		d->deliver_at = isnull ? 0 : DatumGetTimestampTz(v);
-		d->deferred = !isnull && d->deliver_at > GetCurrentTimestamp();
-		/* On an ordered endpoint, waiting behind an earlier event of its key. */
-		if (DatumGetBool(col_datum(tup, desc, c_blocked, &isnull)))
+		e->id = DatumGetInt64(col_datum(tup, desc, c_id, &isnull));
+		memcpy(&e->event_id, DatumGetUUIDP(col_datum(tup, desc, c_event, &isnull)), sizeof(pg_uuid_t));
+		e->type = col_text(tup, desc, c_type);
+		e->key = col_text(tup, desc, c_key);
+		e->emitted_at = DatumGetTimestampTz(col_datum(tup, desc, c_emitted, &isnull));
+		e->data = TextDatumGetCString(col_datum(tup, desc, c_data, &isnull));
+		e->data_len = strlen(e->data);
+		e->n_headers = copy_header_lines(col_datum(tup, desc, c_headers, &isnull), &e->headers);
+		if (c_deliver_at > 0)
 		{
-			d->deferred = true;
-			d->deliver_at = GetCurrentTimestamp();
+			v = col_datum(tup, desc, c_deliver_at, &isnull);
+			e->deliver_at = isnull ? 0 : DatumGetTimestampTz(v);
 		}
-		d->attempt = d->deferred ? 0 : 1;
+		if (c_delivered > 0)
+			rows->delivered[i] = DatumGetBool(col_datum(tup, desc, c_delivered, &isnull));
+		if (c_blocked > 0)
+			rows->blocked[i] = DatumGetBool(col_datum(tup, desc, c_blocked, &isnull));
+		if (c_attempts > 0)
+			rows->attempts[i] = DatumGetInt32(col_datum(tup, desc, c_attempts, &isnull));
 	}
-	b->last_id = b->d[b->n - 1].id;
+	if (c_batch > 0)
+		rows->snap = col_text(SPI_tuptable->vals[0], desc, c_batch);
 	/* A page that the byte budget ended is no sign the batch is done. */
-	bytes_cut = DatumGetBool(col_datum(SPI_tuptable->vals[b->n - 1], desc,
-									   SPI_fnumber(desc, "bytes_cut"), &cut_null));
-	b->batch_done = b->n < limit && !bytes_cut;
-	/* Copied: SPI's copy goes now, not with the round's last read. */
+	if (c_bytes_cut > 0)
+		rows->batch_done = rows->n < limit &&
+			!DatumGetBool(col_datum(SPI_tuptable->vals[rows->n - 1], desc, c_bytes_cut, &isnull));
+	MemoryContextSwitchTo(old);
+	/* Copied: SPI's copy goes now, not with the step's last read. */
 	SPI_freetuptable(SPI_tuptable);
-	return b;
+	return true;
 }
 
 /*
- * The due retries of ep, or NULL when none is due.  _read_due returns one
- * event per key on an ordered endpoint, so no delivery waits for another.
+ * The next page of new events for an endpoint, at most limit events and
+ * about outbox.batch_bytes of payload and headers, copied into cxt; false
+ * when there is none.  With verify, events already answered with a 2xx
+ * are marked delivered.  Each says whether it is blocked: on an ordered
+ * endpoint, behind an earlier event of its key.
  */
-Batch *
-store_read_due(RelayEndpoint *ep, int limit, MemoryContext parent)
+bool
+store_read_page(int endpoint_id, int limit, bool verify, EventRows *rows, MemoryContext cxt)
 {
-	Batch	   *b;
-	int			c_attempts;
+	static SPIPlanPtr plan = NULL;
+	Datum		args[4];
 
-	if (due_plan == NULL)
+	if (plan == NULL)
 	{
 		Oid			types[4] = {INT4OID, INT4OID, BOOLOID, INT8OID};
 
-		due_plan = outbox_prepare_kept("SELECT id, event_id, event_type, attempts, key, emitted_at, data, header_lines, delivered "
-									   "FROM outbox._read_due($1, $2, $3, $4)", 4, types);
+		plan = outbox_prepare_kept("SELECT id, event_id, event_type, deliver_at, key, emitted_at, data, header_lines, batch, "
+								   "blocked, delivered, bytes_cut "
+								   "FROM outbox._read_page($1, $2, $3, $4)", 4, types);
 	}
-	b = read_batch(due_plan, ep, false, limit, ep->verify_due, parent);
-	if (b == NULL)
-		return NULL;
+	args[0] = Int32GetDatum(endpoint_id);
+	args[1] = Int32GetDatum(limit);
+	args[2] = BoolGetDatum(verify);
+	args[3] = Int64GetDatum((int64) outbox_batch_bytes);
+	return read_events(plan, args, false, limit, rows, cxt, "events");
+}
 
-	c_attempts = SPI_fnumber(SPI_tuptable->tupdesc, "attempts");
-	for (int i = 0; i < b->n; i++)
+/*
+ * The due retries of an endpoint, bounded as a page, copied into cxt with
+ * the attempts each has had; false when none is due.  verify as for a page.
+ * _read_due returns one event per key on an ordered endpoint, so no
+ * delivery waits for another.
+ */
+bool
+store_read_due(int endpoint_id, int limit, bool verify, EventRows *rows, MemoryContext cxt)
+{
+	static SPIPlanPtr plan = NULL;
+	Datum		args[4];
+
+	if (plan == NULL)
 	{
-		bool		isnull;
+		Oid			types[4] = {INT4OID, INT4OID, BOOLOID, INT8OID};
 
-		b->d[i].attempt = DatumGetInt32(col_datum(SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
-												  c_attempts, &isnull)) + 1;
+		plan = outbox_prepare_kept("SELECT id, event_id, event_type, attempts, key, emitted_at, data, header_lines, delivered "
+								   "FROM outbox._read_due($1, $2, $3, $4)", 4, types);
 	}
-	SPI_freetuptable(SPI_tuptable);
-	return b;
+	args[0] = Int32GetDatum(endpoint_id);
+	args[1] = Int32GetDatum(limit);
+	args[2] = BoolGetDatum(verify);
+	args[3] = Int64GetDatum((int64) outbox_batch_bytes);
+	return read_events(plan, args, true, limit, rows, cxt, "events");
+}
+
+/*
+ * The next page of the stream (outbox._read_stream): events of every type,
+ * bounded as an endpoint's page, copied into cxt; false when it has none.
+ */
+bool
+store_read_stream(int limit, EventRows *rows, MemoryContext cxt)
+{
+	static SPIPlanPtr plan = NULL;
+	Datum		args[2];
+
+	if (plan == NULL)
+	{
+		Oid			types[2] = {INT4OID, INT8OID};
+
+		plan = outbox_prepare_kept("SELECT id, event_id, event_type, deliver_at, key, emitted_at, "
+								   "data, header_lines, batch, bytes_cut "
+								   "FROM outbox._read_stream($1, $2)", 2, types);
+	}
+	args[0] = Int32GetDatum(limit);
+	args[1] = Int64GetDatum((int64) outbox_batch_bytes);
+	return read_events(plan, args, false, limit, rows, cxt, "the stream");
 }
 
 static Datum
@@ -473,73 +426,6 @@ build_array(Datum *values, bool *nulls, int n, Oid type)
 	get_typlenbyvalalign(type, &typlen, &typbyval, &typalign);
 	return PointerGetDatum(construct_md_array(values, nulls, 1, dims, lbs,
 											  type, typlen, typbyval, typalign));
-}
-
-/*
- * The next page of the stream (outbox._read_stream), or NULL when it has
- * nothing: events of every type, copied into a new memory context under
- * parent.  Bodies are made as events are routed, in the formats of the
- * endpoints they go to (relay.c).
- */
-StreamPage *
-store_read_stream(int limit, MemoryContext parent)
-{
-	static SPIPlanPtr stream_plan = NULL;
-	Datum		args[2];
-	int			rc;
-	StreamPage *p;
-	TupleDesc	desc;
-	MemoryContext old;
-	bool		isnull;
-
-	if (stream_plan == NULL)
-	{
-		Oid			types[2] = {INT4OID, INT8OID};
-
-		stream_plan = outbox_prepare_kept("SELECT id, event_id, event_type, deliver_at, key, emitted_at, "
-										  "data, header_lines, batch, bytes_cut "
-										  "FROM outbox._read_stream($1, $2)", 2, types);
-	}
-	args[0] = Int32GetDatum(limit);
-	args[1] = Int64GetDatum((int64) outbox_batch_bytes);
-	rc = SPI_execute_plan(stream_plan, args, NULL, false, 0);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "reading the stream failed: %s", SPI_result_code_string(rc));
-	if (SPI_processed == 0)
-		return NULL;
-
-	desc = SPI_tuptable->tupdesc;
-	p = MemoryContextAllocZero(parent, sizeof(StreamPage));
-	p->cxt = AllocSetContextCreate(parent, "outbox stream page", ALLOCSET_DEFAULT_SIZES);
-	old = MemoryContextSwitchTo(p->cxt);
-	p->n = (int) SPI_processed;
-	p->ev = palloc0(sizeof(StreamEvent) * p->n);
-	for (int i = 0; i < p->n; i++)
-	{
-		HeapTuple	tup = SPI_tuptable->vals[i];
-		StreamEvent *e = &p->ev[i];
-		Datum		v;
-
-		e->id = DatumGetInt64(col_datum(tup, desc, 1, &isnull));
-		memcpy(&e->event_id, DatumGetUUIDP(col_datum(tup, desc, 2, &isnull)), sizeof(pg_uuid_t));
-		e->type = col_text(tup, desc, 3);
-		v = col_datum(tup, desc, 4, &isnull);
-		e->deliver_at = isnull ? 0 : DatumGetTimestampTz(v);
-		e->key = col_text(tup, desc, 5);
-		e->emitted_at = DatumGetTimestampTz(col_datum(tup, desc, 6, &isnull));
-		e->data = TextDatumGetCString(col_datum(tup, desc, 7, &isnull));
-		e->data_len = strlen(e->data);
-		e->n_headers = copy_header_lines(col_datum(tup, desc, 8, &isnull), &e->headers);
-	}
-	p->snap = col_text(SPI_tuptable->vals[0], desc, 9);
-	p->last_id = p->ev[p->n - 1].id;
-	/* As for an endpoint's page: a page the byte budget ended is no end. */
-	p->batch_done = p->n < limit &&
-		!DatumGetBool(col_datum(SPI_tuptable->vals[p->n - 1], desc, 10, &isnull));
-	MemoryContextSwitchTo(old);
-	SPI_freetuptable(SPI_tuptable);
-	p->in_stream = true;
-	return p;
 }
 
 /* An int4[] result's elements, allocated in cxt; returns how many. */
@@ -573,6 +459,8 @@ store_route_checks(int n, const int *eids, const pg_uuid_t *const *event_ids,
 	Datum	   *v = palloc(sizeof(Datum) * Max(n, 1));
 	bool	   *nulls = palloc(sizeof(bool) * Max(n, 1));
 	int			rc;
+	int			c_delivered,
+				c_blocked;
 
 	if (plan == NULL)
 	{
@@ -600,12 +488,16 @@ store_route_checks(int n, const int *eids, const pg_uuid_t *const *event_ids,
 	rc = SPI_execute_plan(plan, args, NULL, true, 0);
 	if (rc != SPI_OK_SELECT || SPI_processed != (uint64) n)
 		elog(ERROR, "checking routed events failed: %s", SPI_result_code_string(rc));
+	c_delivered = SPI_fnumber(SPI_tuptable->tupdesc, "delivered");
+	c_blocked = SPI_fnumber(SPI_tuptable->tupdesc, "blocked");
 	for (int i = 0; i < n; i++)
 	{
 		bool		isnull;
 
-		delivered[i] = DatumGetBool(col_datum(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
-		blocked[i] = DatumGetBool(col_datum(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &isnull));
+		delivered[i] = DatumGetBool(col_datum(SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
+											  c_delivered, &isnull));
+		blocked[i] = DatumGetBool(col_datum(SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
+											c_blocked, &isnull));
 	}
 	SPI_freetuptable(SPI_tuptable);
 }
@@ -675,38 +567,36 @@ outbox_type(const char *name)
 
 /* One delivery's outcome as an outbox.outcome. */
 static Datum
-outcome_datum(TupleDesc td, const Delivery *d, const char *disable_reason)
+outcome_datum(TupleDesc td, const OutcomeRow *o)
 {
 	Datum		v[OUTCOME_ATTRS];
 	bool		n[OUTCOME_ATTRS];
-	bool		sent = !d->deferred && !d->already;
 
 	memset(n, 0, sizeof(n));
-	v[0] = Int32GetDatum(d->batch->ep->id);
-	v[1] = Int64GetDatum(d->id);
-	v[2] = UUIDPGetDatum(&d->event_id);
-	v[3] = Int32GetDatum(d->attempt);
-	v[4] = CStringGetTextDatum(d->outcome);
-	n[5] = d->next_at == 0;
-	v[5] = TimestampTzGetDatum(d->next_at);
-	n[6] = !sent || d->req.status == 0;
-	v[6] = Int32GetDatum((int32) d->req.status);
-	n[7] = !sent || d->req.error[0] == '\0';
-	v[7] = n[7] ? (Datum) 0 : CStringGetTextDatum(d->req.error);
-	n[8] = !sent;
-	v[8] = Float4GetDatum((float4) d->req.duration_ms);
-	n[9] = !sent || d->req.response_len == 0;
+	v[0] = Int32GetDatum(o->endpoint_id);
+	v[1] = Int64GetDatum(o->id);
+	v[2] = UUIDPGetDatum(o->event_id);
+	v[3] = Int32GetDatum(o->attempt);
+	v[4] = CStringGetTextDatum(o->outcome);
+	n[5] = o->next_at == 0;
+	v[5] = TimestampTzGetDatum(o->next_at);
+	n[6] = !o->sent || o->status == 0;
+	v[6] = Int32GetDatum((int32) o->status);
+	n[7] = !o->sent || o->error[0] == '\0';
+	v[7] = n[7] ? (Datum) 0 : CStringGetTextDatum(o->error);
+	n[8] = !o->sent;
+	v[8] = Float4GetDatum((float4) o->duration_ms);
+	n[9] = !o->sent || o->response_len == 0;
 	v[9] = n[9] ? (Datum) 0 :
-		PointerGetDatum(cstring_to_text_with_len(d->req.response, d->req.response_len));
-	n[10] = disable_reason == NULL;
-	v[10] = n[10] ? (Datum) 0 : CStringGetTextDatum(disable_reason);
+		PointerGetDatum(cstring_to_text_with_len(o->response, o->response_len));
+	n[10] = o->disable_reason == NULL;
+	v[10] = n[10] ? (Datum) 0 : CStringGetTextDatum(o->disable_reason);
 	return HeapTupleGetDatum(heap_form_tuple(td, v, n));
 }
 
 /*
- * Record, in one statement (outbox._record), the finished deliveries of the
- * set's batches that are not recorded yet, the pages whose positions move
- * and the endpoints that stop following the stream.  Returns how many
+ * Record, in one statement (outbox._record), the set's outcomes, the pages
+ * whose positions move and the endpoints that stop following the stream.  Returns how many
  * endpoints another transaction holds (a drop_endpoint() not yet
  * committed), their ids in *locked, allocated in locked_cxt (it outlives
  * the step's transaction): nothing of theirs was recorded, and the stream
@@ -721,9 +611,7 @@ store_record(const RecordSet *set, int **locked, MemoryContext locked_cxt)
 	Oid			page_type = outbox_type("page_done");
 	TupleDesc	outcome_td = lookup_rowtype_tupdesc_copy(outcome_type, -1);
 	TupleDesc	page_td = lookup_rowtype_tupdesc_copy(page_type, -1);
-	int			total = 0;
-	int			n = 0;
-	Datum	   *outcomes;
+	Datum	   *outcomes = palloc(sizeof(Datum) * Max(set->noutcomes, 1));
 	Datum	   *pages = palloc(sizeof(Datum) * Max(set->npages, 1));
 	Datum	   *detach = palloc(sizeof(Datum) * Max(set->ndetach, 1));
 	Datum		args[3];
@@ -737,24 +625,8 @@ store_record(const RecordSet *set, int **locked, MemoryContext locked_cxt)
 		plan = outbox_prepare_kept("SELECT outbox._record($1, $2, $3)", 3, types);
 	}
 
-	for (int i = 0; i < set->nbatches; i++)
-		total += set->batches[i]->n;
-	outcomes = palloc(sizeof(Datum) * Max(total, 1));
-	for (int i = 0; i < set->nbatches; i++)
-	{
-		Batch	   *b = set->batches[i];
-		const char *reason = b->disable_reason;
-
-		for (int j = 0; j < b->n; j++)
-		{
-			Delivery   *d = &b->d[j];
-
-			if (d->state != DELIVERY_DONE || d->recorded)
-				continue;
-			outcomes[n++] = outcome_datum(outcome_td, d, reason);
-			reason = NULL;
-		}
-	}
+	for (int i = 0; i < set->noutcomes; i++)
+		outcomes[i] = outcome_datum(outcome_td, &set->outcomes[i]);
 	for (int i = 0; i < set->npages; i++)
 	{
 		Datum		v[PAGE_DONE_ATTRS];
@@ -771,7 +643,7 @@ store_record(const RecordSet *set, int **locked, MemoryContext locked_cxt)
 	for (int i = 0; i < set->ndetach; i++)
 		detach[i] = Int32GetDatum(set->detach[i]);
 
-	args[0] = PointerGetDatum(construct_array(outcomes, n, outcome_type, -1, false, TYPALIGN_DOUBLE));
+	args[0] = PointerGetDatum(construct_array(outcomes, set->noutcomes, outcome_type, -1, false, TYPALIGN_DOUBLE));
 	args[1] = PointerGetDatum(construct_array(pages, set->npages, page_type, -1, false, TYPALIGN_DOUBLE));
 	args[2] = build_array(detach, NULL, set->ndetach, INT4OID);
 	rc = SPI_execute_plan(plan, args, NULL, false, 0);

@@ -8,7 +8,7 @@
 #ifndef OUTBOX_STORE_H
 #define OUTBOX_STORE_H
 
-#include "relay.h"
+#include "delivery.h"
 
 /*
  * OUTBOX_VERSION, the version of the extension's SQL this library works
@@ -23,6 +23,33 @@
 #define OUTBOX_MAX_TIMEOUT_MS	300000
 
 /*
+ * An endpoint's row as outbox._relay_endpoints() returns it, its secrets
+ * turned into keys and its format into the enum (store_load_endpoints).
+ */
+typedef struct EndpointRow
+{
+	int			id;
+	char	   *name;
+	char	   *url;
+	char	   *headers;		/* "name: value\n" lines */
+	char	  **patterns;		/* event-type patterns it subscribes to */
+	int			npatterns;
+	bool		follows;		/* its position follows the stream */
+	long		timeout_ms;		/* clamped to the bounds above */
+	int			max_attempts;
+	bool		ordered;
+	bool		active;			/* not paused, not disabled */
+	bool		key_ok;			/* its secret is valid: key and keylen are set */
+	uint8		key[OUTBOX_KEY_MAX];
+	int			keylen;
+	uint8		old_key[OUTBOX_KEY_MAX];
+	int			old_keylen;		/* 0: no previous secret, or an invalid one */
+	int			max_in_flight;	/* 0: NULL, outbox.endpoint_concurrency */
+	bool		format_ok;		/* its format is known: format is set */
+	OutboxFormat format;
+} EndpointRow;
+
+/*
  * A page whose deliveries are all recorded, and the position it moves: an
  * endpoint's own, or with endpoint_id 0 the stream's.
  */
@@ -34,11 +61,29 @@ typedef struct PageDone
 	bool		batch_done;
 } PageDone;
 
+/* One delivery's outcome, as outbox.outcome records it (store_record). */
+typedef struct OutcomeRow
+{
+	int			endpoint_id;
+	int64		id;
+	const pg_uuid_t *event_id;
+	int			attempt;
+	const char *outcome;
+	TimestampTz next_at;		/* 0: none */
+	bool		sent;			/* a request went; the rest describe it */
+	long		status;			/* 0: no response */
+	const char *error;			/* "": none */
+	double		duration_ms;
+	const char *response;
+	size_t		response_len;	/* 0: none kept */
+	const char *disable_reason; /* NULL: the endpoint stays enabled */
+} OutcomeRow;
+
 /* What one record statement records (store_record). */
 typedef struct RecordSet
 {
-	Batch	  **batches;		/* their finished deliveries not yet recorded */
-	int			nbatches;
+	OutcomeRow *outcomes;
+	int			noutcomes;
 	PageDone   *pages;
 	int			npages;
 	int		   *detach;			/* endpoints that stop following the stream */
@@ -48,16 +93,17 @@ typedef struct RecordSet
 extern bool store_extension_present(void);
 extern bool store_extension_ready(void);
 extern void store_rotate(void);
-extern void store_load_endpoints(HTAB *endpoints, MemoryContext cxt);
-extern Batch *store_new_batch(RelayEndpoint *ep, bool is_page, int n, MemoryContext parent);
-extern StreamPage *store_read_stream(int limit, MemoryContext parent);
+extern int	store_load_endpoints(EndpointRow **rows, MemoryContext cxt);
+extern bool store_read_stream(int limit, EventRows *rows, MemoryContext cxt);
 extern void store_route_checks(int n, const int *eids, const pg_uuid_t *const *event_ids,
 							   char *const *keys, const bool *ordered, bool verify,
 							   bool *delivered, bool *blocked);
 extern int	store_attach(const int *candidates, int n, int **attached);
 extern int	store_due_endpoints(int **ids);
-extern Batch *store_read_page(RelayEndpoint *ep, int limit, MemoryContext parent);
-extern Batch *store_read_due(RelayEndpoint *ep, int limit, MemoryContext parent);
+extern bool store_read_page(int endpoint_id, int limit, bool verify, EventRows *rows,
+							MemoryContext cxt);
+extern bool store_read_due(int endpoint_id, int limit, bool verify, EventRows *rows,
+						   MemoryContext cxt);
 extern int	store_record(const RecordSet *set, int **locked, MemoryContext locked_cxt);
 
 #endif							/* OUTBOX_STORE_H */

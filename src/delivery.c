@@ -1,0 +1,106 @@
+/*-------------------------------------------------------------------------
+ *
+ * delivery.c
+ *	  Making the batches of the delivery data model (delivery.h): empty
+ *	  ones, which relay.c fills with the parts of a stream page, and those
+ *	  of the events read for one endpoint, their bodies made in its
+ *	  format.  Which deliveries wait is relay.c's to decide.  Needs no
+ *	  transaction.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "delivery.h"
+
+/*
+ * A new batch of n deliveries for ep, zeroed, in cxt: a memory context of
+ * its own, which it takes over (deleting the context frees it).  The caller
+ * fills the deliveries.
+ */
+Batch *
+delivery_new_batch(RelayEndpoint *ep, bool is_page, int n, MemoryContext cxt)
+{
+	Batch	   *b = MemoryContextAllocZero(cxt, sizeof(Batch));
+
+	b->ep = ep;
+	b->cxt = cxt;
+	b->is_page = is_page;
+	b->n = n;
+	b->room = n;
+	b->d = MemoryContextAllocZero(cxt, sizeof(Delivery) * n);
+	return b;
+}
+
+/* The body of event e in format, in current memory. */
+char *
+delivery_event_body(const StreamEvent *e, OutboxFormat format)
+{
+	EventParts	parts;
+
+	parts.event_id = &e->event_id;
+	parts.type = e->type;
+	parts.emitted_at = e->emitted_at;
+	parts.key = e->key;
+	parts.data = e->data;
+	parts.data_len = e->data_len;
+	return outbox_format_body(format, &parts);
+}
+
+/*
+ * Fill d, of batch b, with what it takes from event e: everything but the
+ * body and what the relay decides.  Strings are shared with e.
+ */
+void
+delivery_of_event(Delivery *d, Batch *b, const StreamEvent *e)
+{
+	d->batch = b;
+	d->prev_same_key = -1;
+	d->id = e->id;
+	d->event_id = e->event_id;
+	d->type = e->type;
+	d->emitted_at = e->emitted_at;
+	d->key = e->key;
+	d->event_headers = e->headers;
+	d->n_event_headers = e->n_headers;
+	d->deliver_at = e->deliver_at;
+}
+
+/*
+ * A batch for ep of the events read into cxt, a context of its own that it
+ * takes over: a delivery per event, its body in ep's format, its deliver_at
+ * as read.  Each payload is freed once its body is made.  Which deliveries
+ * wait, and which attempt each is, the caller decides.
+ */
+Batch *
+delivery_batch_of_events(RelayEndpoint *ep, bool is_page, EventRows *rows, MemoryContext cxt)
+{
+	Batch	   *b = delivery_new_batch(ep, is_page, rows->n, cxt);
+	MemoryContext old = MemoryContextSwitchTo(cxt);
+
+	for (int i = 0; i < b->n; i++)
+	{
+		StreamEvent *e = &rows->ev[i];
+		Delivery   *d = &b->d[i];
+
+		delivery_of_event(d, b, e);
+		d->body = delivery_event_body(e, ep->format);
+		pfree(e->data);
+		d->already = rows->delivered[i];
+	}
+	MemoryContextSwitchTo(old);
+	return b;
+}
+
+/* Free what is left of events read once their batch is made. */
+void
+delivery_free_events(EventRows *rows)
+{
+	pfree(rows->ev);
+	if (rows->delivered)
+		pfree(rows->delivered);
+	if (rows->blocked)
+		pfree(rows->blocked);
+	if (rows->attempts)
+		pfree(rows->attempts);
+}

@@ -1,0 +1,220 @@
+/*-------------------------------------------------------------------------
+ *
+ * delivery.h
+ *	  The delivery data model: endpoints as the relay knows them, the
+ *	  deliveries of an event to an endpoint, the batches they come in, and
+ *	  the stream's pages.  relay.c owns and schedules these; store.c copies
+ *	  the events it reads into StreamEvents.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef OUTBOX_DELIVERY_H
+#define OUTBOX_DELIVERY_H
+
+#include "datatype/timestamp.h"
+#include "lib/ilist.h"
+#include "utils/uuid.h"
+
+#include "format.h"
+#include "http.h"
+#include "sign.h"
+
+/* Where a detached endpoint's row moves with its detach (detach_past). */
+typedef struct DetachPast
+{
+	char	   *snap;			/* the stream page's batch snapshot (text) */
+	int64		last_id;
+	bool		batch_done;
+} DetachPast;
+
+/* An endpoint as the relay knows it; refreshed from SQL each read round. */
+typedef struct RelayEndpoint
+{
+	int			id;				/* hash key */
+	bool		seen;			/* present in the latest load */
+	bool		active;			/* not paused, not disabled */
+	bool		follows;		/* reads with the stream, not on its own */
+	bool		detach;			/* stops following: its own position takes
+								 * the stream's at the next record */
+	bool		detach_past;	/* and moves past the stream page in flight,
+								 * whose deliveries of it are all recorded */
+	DetachPast	past;
+	char	  **patterns;		/* event-type patterns it subscribes to */
+	int			npatterns;
+	uint64		match_gen;		/* scratch of route_match() */
+	int			routed;			/* scratch of route_page(): its deliveries */
+	struct Batch *part;			/* scratch of route_page(): its part */
+	char	   *name;
+	char	   *url;
+	char	   *headers;		/* "name: value\n" lines, endpoint's own */
+	OutboxFormat format;		/* what its requests look like */
+	uint8		key[OUTBOX_KEY_MAX];
+	int			keylen;
+	uint8		old_key[OUTBOX_KEY_MAX];
+	int			old_keylen;		/* 0: no rotation under way */
+	long		timeout_ms;
+	int			max_attempts;
+	bool		ordered;
+	int			in_flight;		/* its requests in flight */
+	struct Batch *page;			/* page of new events in flight: its own, or
+								 * its part of the stream's page; or NULL */
+	struct Batch *due;			/* due retries in flight, or NULL */
+	bool		more_page;		/* the last page was full: read again at once */
+	bool		more_due;		/* due retries were recorded: read again */
+	bool		woken_busy;		/* woken while its page was in flight: read
+								 * again once that page is recorded */
+	bool		verify_page;	/* skip events already answered with a 2xx: */
+	bool		verify_due;		/* set at start and after a failed record */
+	int			consecutive_failures;	/* since the last 2xx, in this relay */
+	int			retry_failures; /* of those, in a row, that ask to try again:
+								 * no answer in time, a 5xx, a 429 */
+	TimestampTz failed_at;		/* the last of those, in this relay */
+	bool		lagged;			/* detached for holding the stream back, and
+								 * no definite answer since */
+	TimestampTz last_warning;	/* last "deliveries are failing" report */
+	int			failures_unreported;
+	/* requests in flight: pump() (DESIGN.md, The relay loop) */
+	int			max_in_flight;	/* its cap; 0: outbox.endpoint_concurrency */
+	bool		busy;			/* ready, or requests in flight: counted in
+								 * the fair share */
+	bool		ready;			/* in pump()'s list: deliveries may wait */
+	dlist_node	ready_node;
+	int			shown_at;		/* 1 + its entry in the shared table of
+								 * requests in flight (shmem.c), 0: none */
+} RelayEndpoint;
+
+typedef enum DeliveryState
+{
+	DELIVERY_WAITING,			/* not sent yet */
+	DELIVERY_SENT,				/* request in flight */
+	DELIVERY_DONE				/* outcome known (or deferred) */
+} DeliveryState;
+
+/* One event on its way to one endpoint. */
+typedef struct Delivery
+{
+	struct Batch *batch;
+	DeliveryState state;
+	int			prev_same_key;	/* ordered endpoints: index of the previous
+								 * delivery of this key in the batch, or -1 */
+	int64		id;
+	pg_uuid_t	event_id;
+	char		event_id_str[UUID_LEN * 2 + 5];
+	int			attempt;		/* this attempt's number, 1-based */
+	bool		deferred;		/* not sent now: deliver_at is later, or an
+								 * earlier event of its key is still owed */
+	bool		already;		/* answered with a 2xx before a restart */
+	bool		recorded;		/* its outcome is committed */
+	TimestampTz deliver_at;
+	const char *type;
+	TimestampTz emitted_at;
+	char	   *key;
+	char	   *body;			/* in its endpoint's format */
+	char	  **event_headers;
+	int			n_event_headers;
+	const char *outcome;
+	TimestampTz next_at;
+	HttpRequest req;
+} Delivery;
+
+/*
+ * An event as read: of a stream page, or of an endpoint's page or due
+ * retries until their batch is made.
+ */
+typedef struct StreamEvent
+{
+	int64		id;
+	pg_uuid_t	event_id;
+	char	   *type;
+	TimestampTz deliver_at;		/* 0: none */
+	char	   *key;
+	TimestampTz emitted_at;
+	char	   *data;			/* the payload, JSON text */
+	size_t		data_len;
+	char	   *body[OUTBOX_FORMATS];	/* in each format, made when first
+										 * routed to an endpoint of it */
+	char	  **headers;		/* "name: value" lines */
+	int			n_headers;
+} StreamEvent;
+
+/*
+ * A page of the stream: events of every type, read once for all endpoints
+ * that follow the stream, and routed to them as one Batch (a part) each.
+ * Its memory holds the events' bodies, which the parts' deliveries point
+ * to; it is freed once the stream has moved past it and no batch refers to
+ * it any more (a detached endpoint's part may outlive it in the stream).
+ */
+typedef struct StreamPage
+{
+	MemoryContext cxt;
+	char	   *snap;			/* its batch snapshot (text) */
+	int64		last_id;
+	bool		batch_done;		/* the page ended the stream's batch */
+	int			n;				/* events read */
+	StreamEvent *ev;
+	int			parts;			/* parts not yet recorded whole */
+	int			routed;			/* parts it was routed into */
+	int			finished;		/* of those, parts with every outcome known,
+								 * or taken off it by a detach */
+	int			refs;			/* batches whose deliveries point into it */
+	bool		in_stream;		/* the stream has not moved past it yet */
+	TimestampTz read_at;		/* when its read committed */
+	int			answered;		/* requests of its parts answered (or not) */
+	int			slow_answers;	/* of those, taking SLOW_ANSWER_MS or more */
+	TimestampTz progress_at;	/* read, or a part finished, last */
+} StreamPage;
+
+/*
+ * Events read for the stream or for one endpoint (store_read_stream,
+ * store_read_page, store_read_due), in memory the caller names.  What a
+ * reader does not return stays NULL or zero.
+ */
+typedef struct EventRows
+{
+	int			n;
+	StreamEvent *ev;			/* the events; deliver_at of the stream's and
+								 * a page's, 0: none */
+	bool	   *delivered;		/* page, due: answered with a 2xx already */
+	bool	   *blocked;		/* page: waits behind an earlier event of its
+								 * key (ordered endpoints) */
+	int		   *attempts;		/* due: attempts made so far */
+	char	   *snap;			/* stream, page: its batch snapshot (text) */
+	bool		batch_done;		/* stream, page: it ended the batch */
+} EventRows;
+
+/* What the relay read for one endpoint at once: a page or due retries. */
+typedef struct Batch
+{
+	RelayEndpoint *ep;
+	MemoryContext cxt;
+	bool		is_page;
+	StreamPage *stream;			/* a part of the stream's page: the stream's
+								 * position moves past it, not the endpoint's */
+	StreamPage *events;			/* the stream page its deliveries point
+								 * into, or NULL: they are its own */
+	char	   *snap;			/* the page's batch snapshot (text) */
+	int64		last_id;
+	bool		batch_done;		/* the page ended the batch */
+	int			n;
+	int			room;			/* deliveries allocated */
+	int			next_submit;	/* first delivery that may still wait */
+	int			pending;		/* deliveries without an outcome yet */
+	int			unrecorded;		/* deliveries with an outcome not yet recorded */
+	Delivery   *d;
+	const char *disable_reason;
+	TimestampTz last_flush;		/* when finished deliveries were last recorded */
+	TimestampTz answered_at;	/* when a request of it was last sent or
+								 * finished (or it was read) */
+	bool		record_failed;	/* the last record failed or was refused */
+	dlist_node	node;			/* in the relay's list of batches */
+	bool		pumped;			/* pump() has seen it (its endpoint readied) */
+} Batch;
+
+extern Batch *delivery_new_batch(RelayEndpoint *ep, bool is_page, int n, MemoryContext cxt);
+extern char *delivery_event_body(const StreamEvent *e, OutboxFormat format);
+extern void delivery_of_event(Delivery *d, Batch *b, const StreamEvent *e);
+extern Batch *delivery_batch_of_events(RelayEndpoint *ep, bool is_page, EventRows *rows,
+									   MemoryContext cxt);
+extern void delivery_free_events(EventRows *rows);
+
+#endif							/* OUTBOX_DELIVERY_H */

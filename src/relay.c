@@ -751,30 +751,35 @@ route_page(StreamPage *p)
 static int	relay_slots(void);
 static int	endpoint_cap(const RelayEndpoint *ep);
 
-static int	stream_size = 0;	/* 0: outbox.batch_size */
+static int	stream_size = 0;	/* as asked; within_page_bounds() at use */
+
+/* size, within outbox.batch_size and the relay's slots (or batch_size). */
+static int
+within_page_bounds(int size)
+{
+	return Min(Max(size, outbox_batch_size), Max(relay_slots(), outbox_batch_size));
+}
 
 static int
 stream_page_size(void)
 {
 	int64		wanted = (int64) outbox_batch_size * followers;
-	int			size = Min(Max(stream_size, outbox_batch_size),
-						   Max(relay_slots(), outbox_batch_size));
 
-	return (int) Min(wanted, size);
+	return (int) Min(wanted, within_page_bounds(stream_size));
 }
 
 /* After a stream page: the next one's size, from how its requests took. */
 static void
 size_stream_pages(const StreamPage *p)
 {
-	int			size = Max(stream_size, outbox_batch_size);
+	int			size = within_page_bounds(stream_size);
 
 	if (p->answered == 0)
 		return;
 	if (p->slow_answers * 2 > p->answered && p->n >= size)
-		size = Min(size * 2, Max(relay_slots(), outbox_batch_size));
+		size = within_page_bounds(size * 2);
 	else if (p->slow_answers * 2 <= p->answered)
-		size = Max(size / 2, outbox_batch_size);
+		size = within_page_bounds(size / 2);
 	stream_size = size;
 }
 

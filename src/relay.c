@@ -347,6 +347,20 @@ defer(Delivery *d, TimestampTz next_at)
 }
 
 /*
+ * A new event's delivery goes as a first attempt, or waits: until its
+ * deliver_at, or, on an ordered endpoint, behind an earlier event of its
+ * key (blocked: due now, sent as a retry once that one is settled).
+ */
+static void
+first_attempt(Delivery *d, bool blocked, TimestampTz now)
+{
+	if (blocked)
+		d->deliver_at = now;
+	d->deferred = blocked || (d->deliver_at != 0 && d->deliver_at > now);
+	d->attempt = d->deferred ? 0 : 1;
+}
+
+/*
  * On an ordered endpoint, chain each delivery to the previous one of its
  * key in the batch, so that it is sent only after that one is done.
  * Quadratic in the batch size (outbox.batch_size, 500 by default), which
@@ -683,8 +697,7 @@ route_page(StreamPage *p)
 			delivery_of_event(d, b, e);
 			d->body = stream_body(p, e, b->ep->format);
 			verify_some |= b->ep->verify_page;
-			d->deferred = e->deliver_at != 0 && e->deliver_at > now;
-			d->attempt = d->deferred ? 0 : 1;
+			first_attempt(d, false, now);
 			if (stream_verify || b->ep->verify_page || (b->ep->ordered && e->key != NULL))
 			{
 				check_eids[nchecks] = b->ep->id;
@@ -710,12 +723,7 @@ route_page(StreamPage *p)
 
 			d->already = delivered[i];
 			if (blocked[i])
-			{
-				/* on an ordered endpoint, waiting behind an earlier event */
-				d->deferred = true;
-				d->deliver_at = now;
-				d->attempt = 0;
-			}
+				first_attempt(d, true, now);
 		}
 	}
 
@@ -907,6 +915,7 @@ read_own_page(RelayEndpoint *ep)
 	MemoryContext cxt = new_batch_context(TopTransactionContext);
 	EventRows	rows;
 	Batch	   *b;
+	TimestampTz now;
 
 	if (!store_read_page(ep->id, own_page_size(ep), ep->verify_page, &rows, cxt))
 	{
@@ -917,18 +926,9 @@ read_own_page(RelayEndpoint *ep)
 	b->snap = rows.snap;
 	b->last_id = b->d[b->n - 1].id;
 	b->batch_done = rows.batch_done;
+	now = GetCurrentTimestamp();
 	for (int i = 0; i < b->n; i++)
-	{
-		Delivery   *d = &b->d[i];
-
-		d->deferred = d->deliver_at != 0 && d->deliver_at > GetCurrentTimestamp();
-		if (rows.blocked[i])
-		{
-			d->deferred = true;
-			d->deliver_at = GetCurrentTimestamp();
-		}
-		d->attempt = d->deferred ? 0 : 1;
-	}
+		first_attempt(&b->d[i], rows.blocked[i], now);
 	delivery_free_events(&rows);
 	MemoryContextSetParent(cxt, relay_cxt);
 	return b;

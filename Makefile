@@ -3,26 +3,31 @@
 
 EXTENSION = outbox
 MODULE_big = outbox
+# src/            the module: _PG_init, settings, shared memory
+# src/functions/  SQL-callable functions: emit(), mark_processed(), checks
+# src/relay/      the background workers: launcher, relay loop, senders,
+#                 what they deliver (delivery.h), the SQL they run (store.c)
+# src/target/     where deliveries go and what they look like: HTTP through
+#                 libcurl, the address policy, signatures, formats
 OBJS = \
 	src/outbox.o \
 	src/guc.o \
 	src/shmem.o \
-	src/emit.o \
-	src/validate.o \
-	src/sign.o \
-	src/format.o \
-	src/http.o \
-	src/address.o \
-	src/policy.o \
-	src/delivery.o \
-	src/store.o \
-	src/launcher.o \
-	src/inbox.o \
-	src/origin.o \
-	src/route.o \
-	src/relay.o \
-	src/sender.o
-
+	src/functions/emit.o \
+	src/functions/validate.o \
+	src/functions/inbox.o \
+	src/functions/origin.o \
+	src/target/sign.o \
+	src/target/format.o \
+	src/target/http.o \
+	src/target/address.o \
+	src/relay/policy.o \
+	src/relay/delivery.o \
+	src/relay/store.o \
+	src/relay/launcher.o \
+	src/relay/route.o \
+	src/relay/relay.o \
+	src/relay/sender.o
 DATA = $(wildcard outbox--*.sql)
 
 PG_CONFIG ?= pg_config
@@ -33,7 +38,8 @@ CURL_CONFIG ?= curl-config
 # Expanded once PGXS has set srcdir.
 OUTBOX_VERSION = $(shell sed -n "s/^default_version *= *'\(.*\)'/\1/p" $(srcdir)/outbox.control)
 
-PG_CPPFLAGS = -I$(srcdir)/src -DOUTBOX_VERSION='"$(OUTBOX_VERSION)"' $(shell $(CURL_CONFIG) --cflags)
+SRC_DIRS = src src/functions src/relay src/target
+PG_CPPFLAGS = $(addprefix -I$(srcdir)/,$(SRC_DIRS)) -DOUTBOX_VERSION='"$(OUTBOX_VERSION)"' $(shell $(CURL_CONFIG) --cflags)
 # No -Werror here: a newer compiler's new warning must not break a user's
 # build.  scripts/test.sh (CI) adds it with COPT=-Werror.
 PG_CFLAGS = -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers
@@ -58,7 +64,7 @@ endif
 
 # PGXS does not track headers: rebuild every object when one changes, or
 # when the version in outbox.control does.
-$(OBJS): $(wildcard $(srcdir)/src/*.h) $(srcdir)/outbox.control
+$(OBJS): $(foreach d,$(SRC_DIRS),$(wildcard $(srcdir)/$(d)/*.h)) $(srcdir)/outbox.control
 
 # The TAP tests alone: make tapcheck [PROVE_TESTS=t/001_delivery.pl]
 .PHONY: tapcheck

@@ -3,7 +3,7 @@
 -- before), an endpoint may take CloudEvents 1.0, in structured mode (the
 -- event as a CloudEvents JSON object) or in binary mode (ce-* headers, the
 -- payload as the body).  The relay builds each request in the endpoint's
--- format (src/format.c), so the readers return what every format is made
+-- format (src/target/format.c), so the readers return what every format is made
 -- of: the event's type, emit time and payload, no longer a finished
 -- Standard Webhooks body.
 \echo Use "ALTER EXTENSION outbox UPDATE TO '1.4'" to load this file. \quit

@@ -1370,7 +1370,7 @@ $$;
 -- past the page when it records the page's last outcomes (_record).  This
 -- reader and the two below return an event's type, emit time and payload
 -- (as JSON text), of which the relay makes the body of each endpoint's
--- format (src/format.c).
+-- format (src/target/format.c).
 CREATE FUNCTION outbox._read_stream(lim integer, max_bytes bigint)
 RETURNS TABLE (id bigint, event_id uuid, event_type text, deliver_at timestamptz, key text,
                emitted_at timestamptz, data text, header_lines text[], batch text, bytes_cut boolean)

@@ -276,3 +276,34 @@ SELECT * FROM pg_temp.outbox_differences(:'fresh');
 \c :regress_db
 DROP DATABASE outbox_upgrade_13;
 DROP ROLE outbox_upgrade_admin;
+
+-- The same from 1.4: an endpoint, an event and grants made under 1.4 carry
+-- over to 1.5.
+CREATE DATABASE outbox_upgrade_14;
+\c outbox_upgrade_14
+:fingerprint_functions;
+
+CREATE EXTENSION outbox VERSION '1.4';
+CREATE ROLE outbox_upgrade_app;
+GRANT USAGE ON SCHEMA outbox TO outbox_upgrade_app;
+GRANT EXECUTE ON FUNCTION outbox.emit(text, jsonb, text, jsonb, timestamptz, text) TO outbox_upgrade_app;
+SELECT outbox.create_endpoint('up', 'https://example.com/hook', format => 'cloudevents') IS NOT NULL AS created;
+SELECT outbox.emit('order.created', '{"n": 1}', key => 'k1') IS NOT NULL AS emitted;
+
+ALTER EXTENSION outbox UPDATE;
+SELECT extversion FROM pg_extension WHERE extname = 'outbox';
+
+SELECT name, format FROM outbox.endpoint_status;
+SELECT r.event_type, r.key, r.data
+  FROM outbox._read_page(1, 10, false, 1048576) r;
+SELECT has_function_privilege('outbox_upgrade_app', p.oid, 'EXECUTE') AS emit_granted
+  FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+ WHERE n.nspname = 'outbox' AND p.proname = 'emit';
+
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA outbox FROM outbox_upgrade_app;
+REVOKE USAGE ON SCHEMA outbox FROM outbox_upgrade_app;
+SELECT * FROM pg_temp.outbox_differences(:'fresh');
+
+\c :regress_db
+DROP DATABASE outbox_upgrade_14;
+DROP ROLE outbox_upgrade_app;

@@ -1,11 +1,12 @@
--- outbox 1.4: the SQL surface and the storage the relay reads, as a fresh
+-- outbox 1.5: the SQL surface and the storage the relay reads, as a fresh
 -- CREATE EXTENSION makes it.
 --
--- This script creates version 1.4 directly.  An installed 1.0 reaches the
+-- This script creates version 1.5 directly.  An installed 1.0 reaches the
 -- same state through the update scripts outbox--1.0--1.1.sql to
--- outbox--1.3--1.4.sql in turn; sql/10_upgrade.sql checks that both end up with
+-- outbox--1.4--1.5.sql in turn; sql/10_upgrade.sql checks that both end up with
 -- the same objects and definitions.  A change to the schema goes into a new
--- update script, and into a new install script of its version.
+-- update script, and this file is renamed to the new version and changed
+-- the same way.
 --
 -- Storage follows DESIGN.md.  Events are appended to a small set of tables
 -- (partitions of outbox.events, one per rotation slot) and are never

@@ -300,6 +300,12 @@ BEGIN
 END
 $$;
 
+-- Outcomes are one type on each side of the relay's contract: an enum
+-- here, OutcomeKind in the relay, so that a misspelt outcome is an error.
+CREATE TYPE outbox.outcome_kind AS ENUM ('delivered', 'retry', 'dead', 'deferred', 'already');
+COMMENT ON TYPE outbox.outcome_kind IS 'internal: what is recorded of a delivery';
+ALTER TYPE outbox.outcome ALTER ATTRIBUTE outcome TYPE outbox.outcome_kind;
+
 REVOKE ALL ON FUNCTION outbox._not_passed(pg_snapshot, pg_snapshot, bigint, xid8, bigint),
     outbox._grants_before(), outbox._grants_back() FROM PUBLIC;
 

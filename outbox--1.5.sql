@@ -1685,17 +1685,23 @@ COMMENT ON FUNCTION outbox._read_due(integer, integer, boolean, bigint) IS
 -- Recording outcomes
 ----------------------------------------------------------------------------
 
--- One finished delivery, as the relay records it.  outcome is 'delivered',
--- 'retry', 'dead', 'deferred' (not sent: its deliver_at is later, or it
--- waits behind its key) or 'already' (answered with a 2xx before a
--- restart; not sent).  disable_reason is set on the delivery whose answer
--- asked to disable the endpoint (410, webhook-delivery: disable).
+-- What is recorded of a delivery: 'delivered', 'retry', 'dead',
+-- 'deferred' (not sent: its deliver_at is later, or it waits behind its
+-- key) or 'already' (answered with a 2xx before a restart; not sent).  The
+-- relay's OutcomeKind (src/relay/policy.h) has the same labels; a label
+-- either side lacks is an error, not a silent mismatch.
+CREATE TYPE outbox.outcome_kind AS ENUM ('delivered', 'retry', 'dead', 'deferred', 'already');
+COMMENT ON TYPE outbox.outcome_kind IS 'internal: what is recorded of a delivery';
+
+-- One finished delivery, as the relay records it.  disable_reason is set
+-- on the delivery whose answer asked to disable the endpoint (410,
+-- webhook-delivery: disable).
 CREATE TYPE outbox.outcome AS (
     endpoint_id    integer,
     id             bigint,
     event_id       uuid,
     attempt        integer,
-    outcome        text,
+    outcome        outbox.outcome_kind,
     next_at        timestamptz,
     status         integer,
     error          text,

@@ -179,8 +179,10 @@ dedupe_existing(Datum dedupe_key, pg_uuid_t *event_id)
 }
 
 /*
- * outbox.emit(event_type, payload, key, headers, deliver_at, dedupe_key)
- * returns uuid.  See the file header.
+ * outbox.emit(event_type, payload, key, headers, deliver_at, dedupe_key,
+ * expires_at, priority) returns uuid.  See the file header.  A priority of
+ * 0 (the default) is stored as NULL, as are absent arguments: an event that
+ * uses neither expiry nor priority costs what it did before them.
  */
 Datum
 emit(PG_FUNCTION_ARGS)
@@ -188,8 +190,8 @@ emit(PG_FUNCTION_ARGS)
 	text	   *event_type;
 	pg_uuid_t  *event_id;
 	Datum		result;
-	Datum		args[7];
-	char		nulls[7];
+	Datum		args[8];
+	char		nulls[8];
 	int			rc;
 
 	/* Check every argument before anything is written. */
@@ -249,6 +251,24 @@ emit(PG_FUNCTION_ARGS)
 							   OUTBOX_MAX_DELAY_DAYS, timestamptz_to_str(deliver_at))));
 	}
 	check_text_arg(fcinfo, 5, "dedupe_key");
+	if (!PG_ARGISNULL(6))
+	{
+		TimestampTz expires_at = PG_GETARG_TIMESTAMPTZ(6);
+
+		if (TIMESTAMP_NOT_FINITE(expires_at))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("expires_at must be a finite timestamp"),
+					 errhint("Pass NULL for an event that does not expire.")));
+		/* One that expires before it may go would never go. */
+		if (!PG_ARGISNULL(4) && expires_at <= PG_GETARG_TIMESTAMPTZ(4))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("expires_at must be later than deliver_at"),
+					 errdetail("expires_at is %s and deliver_at %s.",
+							   timestamptz_to_str(expires_at),
+							   timestamptz_to_str(PG_GETARG_TIMESTAMPTZ(4)))));
+	}
 
 	event_id = palloc(sizeof(pg_uuid_t));
 	make_uuid_v7(event_id);
@@ -265,14 +285,16 @@ emit(PG_FUNCTION_ARGS)
 
 	if (insert_plan == NULL)
 	{
-		Oid			types[6] = {UUIDOID, TEXTOID, JSONBOID, TEXTOID, JSONBOID, TIMESTAMPTZOID};
+		Oid			types[8] = {UUIDOID, TEXTOID, JSONBOID, TEXTOID, JSONBOID, TIMESTAMPTZOID,
+		TIMESTAMPTZOID, INT2OID};
 
 		insert_plan = outbox_prepare_kept(
 								   "INSERT INTO outbox.events "
-								   "(id, slot, event_id, txid, event_type, payload, key, headers, deliver_at, created_at) "
+								   "(id, slot, event_id, txid, event_type, payload, key, headers, deliver_at, created_at, "
+								   "expires_at, priority) "
 								   "SELECT nextval('outbox.event_seq'), q.cur_slot, $1, pg_current_xact_id(), "
-								   "$2, $3, $4, $5, $6, now() FROM outbox.queue q",
-								   6, types);
+								   "$2, $3, $4, $5, $6, now(), $7, $8 FROM outbox.queue q",
+								   8, types);
 	}
 
 	for (int i = 0; i < 6; i++)
@@ -280,6 +302,10 @@ emit(PG_FUNCTION_ARGS)
 		args[i] = i == 0 ? result : PG_GETARG_DATUM(i - 1);
 		nulls[i] = (i > 0 && PG_ARGISNULL(i - 1)) ? 'n' : ' ';
 	}
+	args[6] = PG_ARGISNULL(6) ? (Datum) 0 : PG_GETARG_DATUM(6);
+	nulls[6] = PG_ARGISNULL(6) ? 'n' : ' ';
+	args[7] = PG_ARGISNULL(7) ? Int16GetDatum(0) : PG_GETARG_DATUM(7);
+	nulls[7] = PG_ARGISNULL(7) || PG_GETARG_INT16(7) == 0 ? 'n' : ' ';
 	rc = SPI_execute_plan(insert_plan, args, nulls, false, 0);
 	if (rc != SPI_OK_INSERT || SPI_processed != 1)
 		elog(ERROR, "inserting event failed: %s", SPI_result_code_string(rc));

@@ -49,6 +49,7 @@
 #include "delivery.h"
 #include "guc.h"
 #include "policy.h"
+#include "priority.h"
 #include "route.h"
 #include "sender.h"
 #include "shmem.h"
@@ -347,6 +348,22 @@ defer(Delivery *d, TimestampTz next_at)
 }
 
 /*
+ * Settle a delivery without sending it because its deadline passed (its
+ * expires_at, or its endpoint's max_age): recorded as expired, as the
+ * attempt it would have been (DESIGN.md, "Expiry and priority").  Settled,
+ * not owed: its retry row goes, and its page moves its position on.
+ */
+static void
+expire(Delivery *d)
+{
+	d->expired = true;
+	d->deferred = false;
+	d->next_at = 0;
+	d->attempt = Max(d->attempt, 1);
+	settle(d, OUTCOME_KIND_EXPIRED);
+}
+
+/*
  * A new event's delivery goes as a first attempt, or waits: until its
  * deliver_at, or, on an ordered endpoint, behind an earlier event of its
  * key (blocked: due now, sent as a retry once that one is settled).
@@ -468,6 +485,7 @@ load_endpoints(void)
 		memcpy(ep->old_key, row->old_key, row->old_keylen);
 		ep->old_keylen = row->old_keylen;
 		ep->max_in_flight = row->max_in_flight;
+		ep->max_age_ms = row->max_age_ms;
 		if (row->format_ok)
 			ep->format = row->format;
 		else
@@ -732,6 +750,7 @@ route_page(StreamPage *p)
 		RelayEndpoint *ep = (RelayEndpoint *) lfirst(lc);
 		Batch	   *b = ep->part;
 
+		priority_order(b);
 		link_same_key(b);
 		ep->page = b;
 		ep->part = NULL;
@@ -1031,6 +1050,7 @@ read_step(void *arg)
 			ep->page = read_own_page(ep);
 			if (ep->page)
 			{
+				priority_order(ep->page);
 				link_same_key(ep->page);
 				dlist_push_tail(&unconfirmed, &ep->page->node);
 			}
@@ -1156,6 +1176,8 @@ read_round(bool full)
 			d->state = DELIVERY_WAITING;
 			if (d->already)
 				settle(d, OUTCOME_KIND_ALREADY);
+			else if (policy_expired(d->deadline, b->last_flush))
+				expire(d);
 			else if (d->deferred)
 				defer(d, d->deliver_at);
 		}
@@ -1546,7 +1568,7 @@ pump_batch(Batch *b, int limit, int slots)
 				continue;
 			}
 			if (prev->outcome != OUTCOME_KIND_DELIVERED && prev->outcome != OUTCOME_KIND_DEAD &&
-				prev->outcome != OUTCOME_KIND_ALREADY)
+				prev->outcome != OUTCOME_KIND_ALREADY && prev->outcome != OUTCOME_KIND_EXPIRED)
 			{
 				defer(d, GetCurrentTimestamp());
 				continue;
@@ -1557,6 +1579,12 @@ pump_batch(Batch *b, int limit, int slots)
 			if (all_settled)
 				b->next_submit = i;
 			return PUMP_AT_LIMIT;
+		}
+		/* Checked again as it would go: it may have waited for slots. */
+		if (d->deadline != 0 && policy_expired(d->deadline, GetCurrentTimestamp()))
+		{
+			expire(d);
+			continue;
 		}
 		old = MemoryContextSwitchTo(b->cxt);
 		submit(d);
@@ -1674,6 +1702,9 @@ collect(void)
 											  pg_prng_double(&pg_global_prng_state) * 2.0 - 1.0);
 
 			d->next_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), (int64) (wait * 1000.0));
+			/* Due when it expires at the latest: recorded expired then. */
+			if (d->deadline != 0 && d->next_at > d->deadline)
+				d->next_at = d->deadline;
 		}
 		settle(d, policy_outcome_kind(o));
 		if (o == OUTCOME_DELIVERED)
@@ -1765,7 +1796,7 @@ outcome_rows(const RecordRound *r, OutcomeRow **rows)
 			o->attempt = d->attempt;
 			o->outcome = d->outcome;
 			o->next_at = d->next_at;
-			o->sent = !d->deferred && !d->already;
+			o->sent = !d->deferred && !d->already && !d->expired;
 			o->status = d->req.status;
 			o->error = d->req.error;
 			o->duration_ms = d->req.duration_ms;

@@ -345,7 +345,8 @@ DROP FUNCTION outbox.create_endpoint(text, text, text[], text, jsonb, boolean, i
 DROP FUNCTION outbox.alter_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text);
 
 -- expires_at and priority come last, so that calls by position made for
--- 1.4 mean what they meant.
+-- 1.4 mean what they meant.  priority is an integer argument, so that
+-- "priority => 5" needs no cast, kept in a smallint (-32768 to 32767).
 CREATE FUNCTION outbox.emit(
     event_type text,
     payload    jsonb,
@@ -354,12 +355,12 @@ CREATE FUNCTION outbox.emit(
     deliver_at timestamptz DEFAULT NULL,
     dedupe_key text DEFAULT NULL,
     expires_at timestamptz DEFAULT NULL,
-    priority   smallint DEFAULT 0)
+    priority   integer DEFAULT 0)
 RETURNS uuid
 LANGUAGE c VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'emit';
-COMMENT ON FUNCTION outbox.emit(text, jsonb, text, jsonb, timestamptz, text, timestamptz, smallint) IS
+COMMENT ON FUNCTION outbox.emit(text, jsonb, text, jsonb, timestamptz, text, timestamptz, integer) IS
     'write one event in the calling transaction; returns its id (the webhook-id receivers see)';
 
 -- Checked on the number the relay uses (outbox._timeout_ms: a month as 30

@@ -247,6 +247,14 @@ def build_rows_issue11(r, row):
             f"to the {bad}", f"alone {rate_and_cpu(r, 'hang_alone')}",
             fmt(ratio(beside, alone)), "≥ 0.90", ratio(beside, alone) >= 0.90)
 
+    # expiry: expiry and priority in use against off (issue 14, items 2 and 3)
+    if "ctl_on.rate" in r:
+        on, off = num(r, "ctl_on.rate"), num(r, "ctl_off.rate")
+        row(f"expiry: one endpoint, {int(num(r, 'ctl_on.deliveries')):,} events with expires_at, "
+            f"priority and max_age, median of {len(r['ctl_on.rounds'].split(','))} rounds",
+            rate_and_cpu(r, "ctl_on"), f"off {rate_and_cpu(r, 'ctl_off')}",
+            fmt(ratio(on, off)), "≥ 0.95", ratio(on, off) >= 0.95)
+
     # 13. HTTPS
     if "tls_http.rate" in r:
         http = num(r, "tls_http.rate")

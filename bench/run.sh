@@ -29,7 +29,10 @@ set -euo pipefail
 
 BENCH=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(dirname "$BENCH")
-PGBIN=/usr/lib/postgresql/15/bin
+# Another PostgreSQL 15 (a relocatable copy whose pg_config names its own
+# directories) may be named: outbox is installed into it instead, and the
+# lock below is not taken.
+PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
 PY=/usr/bin/python3                 # Debian's, which has psycopg2
 
 EMIT_SECONDS=${EMIT_SECONDS:-4}             # case 1: each pgbench run
@@ -64,6 +67,7 @@ SLOW_EVENTS=${SLOW_EVENTS:-$((10000 * (SLOW_WARMUP + SLOW_SECONDS)))}  # twice t
 HANGING_ENDPOINTS=${HANGING_ENDPOINTS:-100} # case 12: of MANY_ENDPOINTS, never answering
 HANG_TIMEOUT=${HANG_TIMEOUT:-5 seconds}     # case 12: their timeout
 TLS_ROUNDS=${TLS_ROUNDS:-3}                 # case 13: rounds of http and https
+CONTROL_ROUNDS=${CONTROL_ROUNDS:-3}         # case expiry: rounds of off and on
 MANY_TIMEOUT=${MANY_TIMEOUT:-120}           # cases 8 to 13: longest wait for one delivery run
 BENCH_CASES=${BENCH_CASES:-1 2 3 4 5 6 7 perf 8 9 10 11 12 13}
 
@@ -75,11 +79,14 @@ die() { log "run.sh: $*" >&2; exit 1; }
 
 [ "$(id -u)" -eq 0 ] || die "run as root (it installs packages and runs PostgreSQL as postgres)"
 
-# One installer of the extension at a time: this, or scripts/test.sh.
-exec 9>/tmp/outbox-test.lock
-if ! flock -n 9; then
-	log "waiting for /tmp/outbox-test.lock (a test or bench run is installing outbox)"
-	flock 9
+# One installer of the extension into the system's PostgreSQL at a time:
+# this, or scripts/test.sh.
+if [ "$PGBIN" = /usr/lib/postgresql/15/bin ]; then
+	exec 9>/tmp/outbox-test.lock
+	if ! flock -n 9; then
+		log "waiting for /tmp/outbox-test.lock (a test or bench run is installing outbox)"
+		flock 9
+	fi
 fi
 # Thousands of connections at once (cases 11 and 12): the receivers and
 # PostgreSQL inherit this.
@@ -136,9 +143,15 @@ build_extension()
 	mkdir "$WORK/build"
 	(cd "$ROOT" && git ls-files -z -co --exclude-standard -- Makefile outbox.control 'outbox--*.sql' src |
 		tar --null -T - -cf -) | tar -xf - -C "$WORK/build"
-	if ! make -C "$WORK/build" PG_CONFIG="$PGBIN/pg_config" -j2 install >"$WORK/build.log" 2>&1; then
-		cat "$WORK/build.log"
-		die "build failed"
+	if [ "$PGBIN" = /usr/lib/postgresql/15/bin ]; then
+		make -C "$WORK/build" PG_CONFIG="$PGBIN/pg_config" -j2 install >"$WORK/build.log" 2>&1 ||
+			{ cat "$WORK/build.log"; die "build failed"; }
+	else
+		# Built against the system's headers, copied into the other one.
+		make -C "$WORK/build" PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config -j2 >"$WORK/build.log" 2>&1 ||
+			{ cat "$WORK/build.log"; die "build failed"; }
+		cp "$WORK/build/outbox.so" "$("$PGBIN/pg_config" --pkglibdir)/"
+		cp "$WORK/build"/outbox.control "$WORK/build"/outbox--*.sql "$("$PGBIN/pg_config" --sharedir)/extension/"
 	fi
 }
 
@@ -266,14 +279,17 @@ new_endpoint()
 }
 
 # emit_backlog N [TYPES]: emit N bench.event events, 100,000 a transaction;
-# with TYPES, of types bench.e1 to bench.eTYPES in turn instead.
+# with TYPES, of types bench.e1 to bench.eTYPES in turn instead; with
+# TYPES "controls", with expires_at and priority (backlog_controls.sql).
 emit_backlog()
 {
 	local n=$1 first=1 last t=$SECONDS
 
 	while [ "$first" -le "$n" ]; do
 		last=$((first + 99999 > n ? n : first + 99999))
-		if [ -n "${2:-}" ]; then
+		if [ "${2:-}" = controls ]; then
+			psql_q -v first="$first" -v last="$last" -f "$BENCH/sql/backlog_controls.sql" >/dev/null
+		elif [ -n "${2:-}" ]; then
 			psql_q -v first="$first" -v last="$last" -v types="$2" -f "$BENCH/sql/backlog_types.sql" >/dev/null
 		else
 			psql_q -v first="$first" -v last="$last" -f "$BENCH/sql/backlog.sql" >/dev/null
@@ -952,6 +968,38 @@ case_tls()
 	done
 }
 
+# Case "expiry" (issue 14, items 2 and 3): case 8's one endpoint, with
+# expiry and priority off (plain events, no max_age) and on (every event
+# with an expires_at a day ahead and a priority of 0, 1 or 2, the endpoint
+# with a max_age of a day: every delivery's deadline is checked and every
+# page sorted), rounds in turn; the medians count, on against off.
+case_controls()
+{
+	local round mode
+
+	use_default_settings
+	log "case expiry: one endpoint, $MANY_EVENTS events, expiry and priority off and on;" \
+		"$CONTROL_ROUNDS rounds in turn (the medians count)"
+	for round in $(seq "$CONTROL_ROUNDS"); do
+		for mode in off on; do
+			fresh_outbox
+			new_endpoint "ctl_$mode$round" "http://127.0.0.1:$NGINX_PORT/ctl"
+			if [ "$mode" = on ]; then
+				sql "SELECT outbox.alter_endpoint('ctl_$mode$round', max_age => '1 day')" >/dev/null
+				emit_backlog "$MANY_EVENTS" controls
+			else
+				emit_backlog "$MANY_EVENTS"
+			fi
+			deliver "ctl_${mode}_$round" "ctl_$mode$round" "ctl_$mode$round" "$MANY_EVENTS" "$MANY_TIMEOUT"
+			check_delivered "ctl_$mode$round" "$MANY_EVENTS"
+		done
+	done
+	for mode in off on; do
+		keep_median_round "ctl_$mode"
+	done
+	log "  expiry and priority on: $(figure ctl_on.rate)/s, off: $(figure ctl_off.rate)/s"
+}
+
 # ---------------------------------------------------------------------------
 
 # run_case NAME FUNCTION: FUNCTION, if BENCH_CASES names NAME; its wall
@@ -1002,6 +1050,7 @@ main()
 	run_case 11 case_slow_receiver
 	run_case 12 case_hanging_endpoints
 	run_case 13 case_tls
+	run_case expiry case_controls
 
 	result env.seconds "$(($(date +%s) - T0))"
 	result env.cases "${BENCH_CASES// /,}"

@@ -297,7 +297,11 @@ emit_backlog()
 		first=$((last + 1))
 		[ "$n" -ge 500000 ] && log "  emitted $last/$n"
 	done
-	log "  emitted $n events${2:+ of $2 types} in $((SECONDS - t)) s"
+	if [ "${2:-}" = controls ]; then
+		log "  emitted $n events with expires_at and priority in $((SECONDS - t)) s"
+	else
+		log "  emitted $n events${2:+ of $2 types} in $((SECONDS - t)) s"
+	fi
 }
 
 # follow_stream PREFIX COUNT: wait until COUNT endpoints named PREFIX...

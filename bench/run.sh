@@ -21,6 +21,9 @@
 # bench/RESULTS.partial.md instead of RESULTS.md and draws no plots.  With
 # today's relay a whole run takes about 18 minutes on 2 cores, cases 8 to
 # 13 alone about 13 (three of their runs wait out MANY_TIMEOUT).
+# Case "expiry" (issue 14: one endpoint with expiry and priority in use
+# against off) runs only when named: BENCH_CASES="expiry" (MANY_EVENTS and
+# CONTROL_ROUNDS size it).
 #
 # It installs the extension into the system's PostgreSQL, as the test suite
 # does, so it holds /tmp/outbox-test.lock (as scripts/test.sh does) while it

@@ -979,16 +979,19 @@ case_tls()
 # expiry and priority off (plain events, no max_age) and on (every event
 # with an expires_at a day ahead and a priority of 0, 1 or 2, the endpoint
 # with a max_age of a day: every delivery's deadline is checked and every
-# page sorted), rounds in turn; the medians count, on against off.
+# page sorted), rounds in turn, which goes first alternating from round to
+# round; the medians count, on against off.
 case_controls()
 {
-	local round mode
+	local round mode modes
 
 	use_default_settings
 	log "case expiry: one endpoint, $MANY_EVENTS events, expiry and priority off and on;" \
 		"$CONTROL_ROUNDS rounds in turn (the medians count)"
 	for round in $(seq "$CONTROL_ROUNDS"); do
-		for mode in off on; do
+		modes="off on"
+		[ $((round % 2)) -eq 1 ] || modes="on off"
+		for mode in $modes; do
 			fresh_outbox
 			new_endpoint "ctl_$mode$round" "http://127.0.0.1:$NGINX_PORT/ctl"
 			if [ "$mode" = on ]; then

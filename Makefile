@@ -21,13 +21,15 @@ OBJS = \
 	src/target/format.o \
 	src/target/http.o \
 	src/target/address.o \
+	src/target/auth.o \
 	src/relay/policy.o \
 	src/relay/delivery.o \
 	src/relay/store.o \
 	src/relay/launcher.o \
 	src/relay/route.o \
 	src/relay/relay.o \
-	src/relay/sender.o
+	src/relay/sender.o \
+	src/relay/credentials.o
 DATA = $(wildcard outbox--*.sql)
 
 PG_CONFIG ?= pg_config

@@ -309,5 +309,207 @@ ALTER TYPE outbox.outcome ALTER ATTRIBUTE outcome TYPE outbox.outcome_kind;
 REVOKE ALL ON FUNCTION outbox._not_passed(pg_snapshot, pg_snapshot, bigint, xid8, bigint),
     outbox._grants_before(), outbox._grants_back() FROM PUBLIC;
 
+----------------------------------------------------------------------------
+-- Client authentication (README, "Client authentication")
+----------------------------------------------------------------------------
+
+-- Kept with the signing secrets: readable only by the extension owner and
+-- superusers, and shown in no view.
+ALTER TABLE outbox.endpoint_secrets ADD COLUMN auth jsonb;
+COMMENT ON COLUMN outbox.endpoint_secrets.auth IS
+    'client authentication: {"bearer": ...}, {"client_cert": ..., "client_key": ...}, {"oauth2": {...}}; NULL: none';
+
+-- Client authentication: the object checked (bearer, client_cert with
+-- client_key, oauth2), NULL for '{}' (none).  A client certificate is a
+-- file the server reads: naming one takes the privileges of
+-- pg_read_server_files.
+CREATE FUNCTION outbox._check_auth(auth jsonb) RETURNS jsonb
+LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'outbox_check_auth';
+COMMENT ON FUNCTION outbox._check_auth(jsonb) IS
+    'internal: validate an endpoint''s client authentication';
+
+-- An endpoint whose auth sends an Authorization header (bearer, oauth2)
+-- may not have one among its own headers.
+CREATE FUNCTION outbox._check_auth_headers(auth jsonb, headers jsonb) RETURNS void
+LANGUAGE c IMMUTABLE AS 'MODULE_PATHNAME', 'outbox_check_auth_headers';
+COMMENT ON FUNCTION outbox._check_auth_headers(jsonb, jsonb) IS
+    'internal: refuse an Authorization header beside client authentication that sets it';
+
+-- create_endpoint and alter_endpoint take auth last.  Their signature
+-- changes, so they are dropped and created again; _grants_back() gives
+-- the grants on them again to the new ones.
+DROP FUNCTION outbox.create_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text);
+DROP FUNCTION outbox.alter_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text);
+
+CREATE FUNCTION outbox.create_endpoint(
+    name          text,
+    url           text,
+    event_types   text[]   DEFAULT '{*}',
+    secret        text     DEFAULT NULL,
+    headers       jsonb    DEFAULT '{}',
+    ordered       boolean  DEFAULT false,
+    timeout       interval DEFAULT '30 seconds',
+    max_attempts  integer  DEFAULT 8,
+    max_in_flight integer  DEFAULT NULL,
+    format        text     DEFAULT 'standard-webhooks',
+    auth          jsonb    DEFAULT NULL)
+RETURNS text
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    eid       integer;
+    the_url   text;
+    types     text[];
+    hdrs      jsonb;
+    the_secret text;
+    fmt       text;
+    the_auth  jsonb;
+BEGIN
+    IF name IS NULL THEN
+        RAISE EXCEPTION 'endpoint name must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF name !~ '^[A-Za-z0-9_.:-]{1,63}$' THEN
+        RAISE EXCEPTION 'invalid endpoint name: %', quote_literal(name)
+            USING ERRCODE = '22023',
+                  DETAIL = 'An endpoint name is 1 to 63 characters of letters, digits, "_", ".", ":" and "-".';
+    END IF;
+    IF url IS NULL THEN
+        RAISE EXCEPTION 'endpoint url must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF ordered IS NULL OR timeout IS NULL OR max_attempts IS NULL OR format IS NULL THEN
+        RAISE EXCEPTION 'ordered, timeout, max_attempts and format must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    the_url := outbox._check_url(url);
+    types := outbox._check_event_types(event_types);
+    hdrs := outbox._check_headers(coalesce(headers, '{}'));
+    PERFORM outbox._check_endpoint_settings(timeout, max_attempts);
+    PERFORM outbox._check_max_in_flight(max_in_flight);
+    fmt := outbox._check_format(format, hdrs);
+    the_auth := outbox._check_auth(create_endpoint.auth);
+    PERFORM outbox._check_auth_headers(the_auth, hdrs);
+    the_secret := CASE WHEN secret IS NULL THEN outbox._new_secret()
+                       ELSE outbox._check_secret(secret) END;
+
+    IF EXISTS (SELECT 1 FROM outbox.endpoints e WHERE e.name = create_endpoint.name) THEN
+        RAISE EXCEPTION 'endpoint "%" already exists', name USING ERRCODE = '42710';
+    END IF;
+
+    INSERT INTO outbox.endpoints (name, url, event_types, headers, ordered, timeout, max_attempts,
+                                  max_in_flight, format)
+    VALUES (name, the_url, types, hdrs, ordered, timeout, max_attempts, max_in_flight, fmt)
+    RETURNING id INTO eid;
+    INSERT INTO outbox.endpoint_secrets (endpoint_id, secret, auth) VALUES (eid, the_secret, the_auth);
+    INSERT INTO outbox.endpoint_health (endpoint_id) VALUES (eid);
+    INSERT INTO outbox.positions (endpoint_id, snap) VALUES (eid, outbox._start_snapshot());
+    PERFORM outbox._wake_at_commit();
+    RETURN the_secret;
+EXCEPTION
+    WHEN unique_violation THEN
+        RAISE EXCEPTION 'endpoint "%" already exists', name USING ERRCODE = '42710';
+END
+$$;
+COMMENT ON FUNCTION outbox.create_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text, jsonb) IS
+    'create a webhook endpoint that receives events emitted from now on; returns its signing secret';
+
+-- As in 1.4, with auth: NULL leaves it, '{}' removes it.
+CREATE FUNCTION outbox.alter_endpoint(
+    name          text,
+    url           text     DEFAULT NULL,
+    event_types   text[]   DEFAULT NULL,
+    secret        text     DEFAULT NULL,
+    headers       jsonb    DEFAULT NULL,
+    ordered       boolean  DEFAULT NULL,
+    timeout       interval DEFAULT NULL,
+    max_attempts  integer  DEFAULT NULL,
+    max_in_flight integer  DEFAULT NULL,
+    format        text     DEFAULT NULL,
+    auth          jsonb    DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    eid integer := outbox._endpoint_id(name);
+    the_url text;
+    types   text[];
+    hdrs    jsonb;
+    the_secret text;
+    cur     outbox.endpoints;
+    the_auth jsonb;
+BEGIN
+    IF url IS NOT NULL THEN the_url := outbox._check_url(url); END IF;
+    IF event_types IS NOT NULL THEN types := outbox._check_event_types(event_types); END IF;
+    IF headers IS NOT NULL THEN hdrs := outbox._check_headers(headers); END IF;
+    IF secret IS NOT NULL THEN the_secret := outbox._check_secret(secret); END IF;
+    -- '{}' checks to NULL: the endpoint's auth is cleared
+    IF alter_endpoint.auth IS NOT NULL THEN the_auth := outbox._check_auth(alter_endpoint.auth); END IF;
+    PERFORM outbox._check_endpoint_settings(timeout, max_attempts);
+    PERFORM outbox._check_max_in_flight(nullif(max_in_flight, 0));
+    -- (locked: a concurrent change of the other half cannot slip between)
+    SELECT * INTO cur FROM outbox.endpoints e WHERE e.id = eid FOR UPDATE;
+    PERFORM outbox._check_format(coalesce(alter_endpoint.format, cur.format),
+                                 coalesce(hdrs, cur.headers));
+    PERFORM outbox._check_auth_headers(
+                CASE WHEN alter_endpoint.auth IS NOT NULL THEN the_auth
+                     ELSE (SELECT s.auth FROM outbox.endpoint_secrets s WHERE s.endpoint_id = eid) END,
+                coalesce(hdrs, cur.headers));
+
+    UPDATE outbox.endpoints e
+       SET url = coalesce(the_url, e.url),
+           event_types = coalesce(types, e.event_types),
+           headers = coalesce(hdrs, e.headers),
+           ordered = coalesce(alter_endpoint.ordered, e.ordered),
+           timeout = coalesce(alter_endpoint.timeout, e.timeout),
+           max_attempts = coalesce(alter_endpoint.max_attempts, e.max_attempts),
+           max_in_flight = CASE WHEN alter_endpoint.max_in_flight IS NULL THEN e.max_in_flight
+                                ELSE nullif(alter_endpoint.max_in_flight, 0) END,
+           format = coalesce(alter_endpoint.format, e.format),
+           updated_at = now()
+     WHERE e.id = eid;
+    IF the_secret IS NOT NULL THEN
+        UPDATE outbox.endpoint_secrets
+           SET secret = the_secret, previous_secret = NULL, previous_expires_at = NULL
+         WHERE endpoint_id = eid;
+    END IF;
+    IF alter_endpoint.auth IS NOT NULL THEN
+        UPDATE outbox.endpoint_secrets s SET auth = the_auth WHERE s.endpoint_id = eid;
+    END IF;
+    PERFORM outbox._wake_at_commit();
+END
+$$;
+COMMENT ON FUNCTION outbox.alter_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text, jsonb) IS
+    'change an endpoint; NULL leaves a setting as it is (auth => ''{}'' removes its client authentication)';
+
+REVOKE ALL ON FUNCTION outbox.create_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text, jsonb),
+    outbox.alter_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text, jsonb),
+    outbox._check_auth(jsonb), outbox._check_auth_headers(jsonb, jsonb) FROM PUBLIC;
+
+
+-- As in 1.4, with the endpoint's auth last.
+DROP FUNCTION outbox._relay_endpoints();
+CREATE FUNCTION outbox._relay_endpoints()
+RETURNS TABLE (id integer, name text, url text, header_lines text, timeout_ms bigint,
+               max_attempts integer, ordered boolean, active boolean, secret text,
+               previous_secret text, event_types text[], follows boolean, max_in_flight integer,
+               format text, auth jsonb)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+SET jit = off
+AS $$
+    SELECT e.id, e.name, e.url, array_to_string(outbox._header_lines(e.headers), E'\n'),
+           outbox._timeout_ms(e.timeout), e.max_attempts, e.ordered,
+           NOT e.paused AND e.disabled_at IS NULL, s.secret,
+           CASE WHEN s.previous_expires_at > now() THEN s.previous_secret END,
+           e.event_types, p.follows, e.max_in_flight, e.format, s.auth
+      FROM outbox.endpoints e
+      JOIN outbox.endpoint_secrets s ON s.endpoint_id = e.id
+      JOIN outbox.positions p ON p.endpoint_id = e.id
+     ORDER BY e.id
+$$;
+COMMENT ON FUNCTION outbox._relay_endpoints() IS 'internal: every endpoint as the relay loads it';
+REVOKE ALL ON FUNCTION outbox._relay_endpoints() FROM PUBLIC;
+
 -- (last: grants back on what this script created again)
 SELECT outbox._grants_back();

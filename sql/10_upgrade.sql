@@ -199,14 +199,14 @@ SELECT outbox.mark_processed('billing', 'msg-1') AS again, outbox.mark_processed
 SELECT has_table_privilege('outbox_upgrade_monitor', 'outbox.attempts', 'SELECT') AS attempts,
        has_table_privilege('outbox_upgrade_monitor', 'outbox.endpoint_status', 'SELECT') AS endpoint_status,
        has_function_privilege('outbox_upgrade_admin',
-                              'outbox.create_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text)',
+                              'outbox.create_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text, jsonb)',
                               'EXECUTE') AS create_endpoint;
 
 -- An updated 1.0 is a fresh install: the same objects, definitions and
 -- dumped tables.  (The grants given above are taken back first.)
 REVOKE SELECT ON outbox.attempts, outbox.endpoint_status FROM outbox_upgrade_monitor;
 REVOKE USAGE ON SCHEMA outbox FROM outbox_upgrade_monitor;
-REVOKE EXECUTE ON FUNCTION outbox.create_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text)
+REVOKE EXECUTE ON FUNCTION outbox.create_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text, jsonb)
     FROM outbox_upgrade_admin;
 SELECT * FROM pg_temp.outbox_differences(:'fresh');
 
@@ -278,16 +278,16 @@ SELECT name, format, max_in_flight FROM outbox.endpoint_status;
 SELECT r.event_type, r.key, r.data, r.emitted_at = e.created_at AS emit_time
   FROM outbox._read_page(1, 10, false, 1048576) r JOIN outbox.events e USING (id);
 SELECT has_function_privilege('outbox_upgrade_admin',
-           'outbox.create_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text)',
+           'outbox.create_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text, jsonb)',
            'EXECUTE') AS create_granted,
        has_function_privilege('outbox_upgrade_admin',
-           'outbox.alter_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text)',
+           'outbox.alter_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text, jsonb)',
            'EXECUTE') AS alter_granted;
 SELECT outbox.alter_endpoint('up', format => 'cloudevents');
 SELECT format FROM outbox.endpoints;
 
-REVOKE EXECUTE ON FUNCTION outbox.create_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text),
-                           outbox.alter_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text)
+REVOKE EXECUTE ON FUNCTION outbox.create_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text, jsonb),
+                           outbox.alter_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text, jsonb)
     FROM outbox_upgrade_admin;
 REVOKE USAGE ON SCHEMA outbox FROM outbox_upgrade_admin;
 SELECT * FROM pg_temp.outbox_differences(:'fresh');
@@ -297,7 +297,8 @@ DROP DATABASE outbox_upgrade_13;
 DROP ROLE outbox_upgrade_admin;
 
 -- The same from 1.4: an endpoint, an event and grants made under 1.4 carry
--- over to 1.5.
+-- over to 1.5, those on create_endpoint and alter_endpoint too, which 1.5
+-- makes again with the auth argument; the endpoint has no auth.
 CREATE DATABASE outbox_upgrade_14;
 \c outbox_upgrade_14
 :fingerprint_functions;
@@ -306,6 +307,12 @@ CREATE EXTENSION outbox VERSION '1.4';
 CREATE ROLE outbox_upgrade_app;
 GRANT USAGE ON SCHEMA outbox TO outbox_upgrade_app;
 GRANT EXECUTE ON FUNCTION outbox.emit(text, jsonb, text, jsonb, timestamptz, text) TO outbox_upgrade_app;
+CREATE ROLE outbox_upgrade_admin;
+GRANT USAGE ON SCHEMA outbox TO outbox_upgrade_admin;
+GRANT EXECUTE ON FUNCTION outbox.create_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text)
+   TO outbox_upgrade_admin;
+GRANT EXECUTE ON FUNCTION outbox.alter_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text)
+   TO outbox_upgrade_admin WITH GRANT OPTION;
 SELECT outbox.create_endpoint('up', 'https://example.com/hook', format => 'cloudevents') IS NOT NULL AS created;
 SELECT outbox.emit('order.created', '{"n": 1}', key => 'k1') IS NOT NULL AS emitted;
 
@@ -318,11 +325,20 @@ SELECT r.event_type, r.key, r.data
 SELECT has_function_privilege('outbox_upgrade_app', p.oid, 'EXECUTE') AS emit_granted
   FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
  WHERE n.nspname = 'outbox' AND p.proname = 'emit';
+SELECT p.oid::regprocedure AS function, has_function_privilege('outbox_upgrade_admin', p.oid, 'EXECUTE') AS granted,
+       has_function_privilege('outbox_upgrade_admin', p.oid, 'EXECUTE WITH GRANT OPTION') AS grantable
+  FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+ WHERE n.nspname = 'outbox' AND p.proname IN ('create_endpoint', 'alter_endpoint')
+ ORDER BY p.proname;
+SELECT s.auth IS NULL AS no_auth FROM outbox.endpoint_secrets s;
+SELECT outbox.alter_endpoint('up', auth => '{"bearer": "tok-up"}');
+SELECT s.auth FROM outbox.endpoint_secrets s;
 
-REVOKE ALL ON ALL FUNCTIONS IN SCHEMA outbox FROM outbox_upgrade_app;
-REVOKE USAGE ON SCHEMA outbox FROM outbox_upgrade_app;
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA outbox FROM outbox_upgrade_app, outbox_upgrade_admin;
+REVOKE USAGE ON SCHEMA outbox FROM outbox_upgrade_app, outbox_upgrade_admin;
 SELECT * FROM pg_temp.outbox_differences(:'fresh');
 
 \c :regress_db
 DROP DATABASE outbox_upgrade_14;
 DROP ROLE outbox_upgrade_app;
+DROP ROLE outbox_upgrade_admin;

@@ -152,7 +152,8 @@ store_load_endpoints(EndpointRow **rows, MemoryContext cxt)
 				c_types,
 				c_follows,
 				c_max_in_flight,
-				c_format;
+				c_format,
+				c_auth;
 
 	if (endpoints_plan == NULL)
 		endpoints_plan = outbox_prepare_kept("SELECT * FROM outbox._relay_endpoints()", 0, NULL);
@@ -176,6 +177,7 @@ store_load_endpoints(EndpointRow **rows, MemoryContext cxt)
 	c_follows = SPI_fnumber(desc, "follows");
 	c_max_in_flight = SPI_fnumber(desc, "max_in_flight");
 	c_format = SPI_fnumber(desc, "format");
+	c_auth = SPI_fnumber(desc, "auth");
 
 	n = (int) SPI_processed;
 	*rows = palloc0(sizeof(EndpointRow) * Max(n, 1));
@@ -186,6 +188,7 @@ store_load_endpoints(EndpointRow **rows, MemoryContext cxt)
 		bool		isnull;
 		char	   *secret;
 		char	   *old_secret;
+		Datum		auth;
 
 		row->id = DatumGetInt32(col_datum(tup, desc, c_id, &isnull));
 		row->name = MemoryContextStrdup(cxt, col_text(tup, desc, c_name));
@@ -218,6 +221,11 @@ store_load_endpoints(EndpointRow **rows, MemoryContext cxt)
 		if (isnull)
 			row->max_in_flight = 0;
 		row->format_ok = outbox_format_from_name(col_text(tup, desc, c_format), &row->format);
+		/* checked when stored (_check_auth): a problem here cannot happen */
+		auth = col_datum(tup, desc, c_auth, &isnull);
+		row->has_auth = !isnull;
+		row->auth_problem = isnull ? NULL :
+			auth_read(DatumGetJsonbP(auth), &row->auth, cxt);
 	}
 	return n;
 }

@@ -221,6 +221,12 @@ sql("SELECT outbox.create_endpoint('oauth-refused', '$url/refused?require_issued
 sql("SELECT outbox.create_endpoint('oauth-wrong', '$url/wrong?require_issued=1', '{w.*}', "
 	  . 'max_attempts => 100, auth => ' . oauth_auth("$url/token4?token=1&client_id=outbox+client&secret_md5=$md5",
 		'not-the-secret') . ')');
+# A token server that answers 200 with 15,000 nested arrays: refused
+# before it is parsed, and the relay goes on.
+sql("SELECT outbox.create_endpoint('oauth-deep', '$url/deep?require_issued=1', '{d.*}', "
+	  . 'max_attempts => 100, auth => '
+	  . oauth_auth("$url/token5?token=1&token_body=deep&client_id=outbox+client&secret_md5=$md5", $secret) . ')');
+my $relay = relay_pid();
 my $rid = sql(q{SELECT outbox.emit('r.event', '{}')});
 my $wid = sql(q{SELECT outbox.emit('w.event', '{}')});
 ok($node->poll_query_until('postgres',
@@ -237,8 +243,16 @@ ok($node->poll_query_until('postgres',
 is(sql("SELECT DISTINCT error FROM outbox.attempts WHERE endpoint = 'oauth-wrong'"),
 	'authentication failed: the OAuth2 token URL answered HTTP 401 (invalid_client)',
 	'wrong client secret: recorded as an authentication failure');
-is(scalar(grep { $_->{path} eq '/refused' || $_->{path} eq '/wrong' } received($log)), 0,
-	'neither endpoint got a request');
+sql(q{SELECT outbox.emit('d.event', '{}')});
+ok($node->poll_query_until('postgres',
+	"SELECT count(*) >= 1 FROM outbox.attempts WHERE endpoint = 'oauth-deep'"),
+	'a hostile token response: attempted');
+is(sql("SELECT DISTINCT error FROM outbox.attempts WHERE endpoint = 'oauth-deep'"),
+	'authentication failed: the token response is not a JSON object',
+	'a hostile token response: recorded as an authentication failure');
+is(relay_pid(), $relay, 'the relay is the one from before');
+is(scalar(grep { $_->{path} =~ m{^/(refused|wrong|deep)$} } received($log)), 0,
+	'none of these endpoints got a request');
 is(sql("SELECT count(*) FROM outbox.dead_letters WHERE endpoint IN ('oauth-refused', 'oauth-wrong')"),
 	'0', 'nothing dead-lettered');
 is(sql("SELECT state FROM outbox.endpoint_status WHERE name = 'oauth-wrong'"), 'active',

@@ -28,7 +28,8 @@ credentials (each form-encoded) are the query's client_id and a secret
 whose MD5 in hex is the query's secret_md5 (the secret itself stays out of
 the URL) with a new token {"access_token": ..., "token_type": "Bearer",
 "expires_in": E} (E: the query's expires_in, 3600 by default), and other
-credentials with 401 {"error": "invalid_client"}.
+credentials with 401 {"error": "invalid_client"}.  token_body=deep answers
+200 with 15,000 nested arrays instead (a hostile token server).
 
 An event can set any of these for itself with a header "x-test-NAME"
 (emit(..., headers => '{"x-test-delay": "2"}')), over the URL's.
@@ -175,7 +176,9 @@ class Handler(BaseHTTPRequestHandler):
         if "location" in q:
             self.send_header("Location", q["location"])
         answer = b"ok"
-        if token_json is not None:
+        if token_json is not None and q.get("token_body") == "deep":
+            answer = b"[" * 15000
+        elif token_json is not None:
             self.send_header("Content-Type", "application/json")
             answer = json.dumps(token_json).encode()
         elif q.get("echo") == "1":

@@ -1303,7 +1303,6 @@ redact_response(const RelayEndpoint *ep, HttpRequest *req)
 	const char *value;
 	size_t		name_len;
 	size_t		value_len;
-
 	const char *secrets[4];
 	int			nsecrets;
 

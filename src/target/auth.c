@@ -461,6 +461,37 @@ tp_scalar(void *state, char *token, JsonTokenType type)
 		p->error = token;
 }
 
+/*
+ * How deeply arrays and objects nest in JSON text (strings skipped), up to
+ * limit + 1.  The parser recurses per level and raises an error past the
+ * stack's depth: a token server must not be able to stop the relay.
+ */
+static int
+json_depth(const char *s, size_t len, int limit)
+{
+	int			depth = 0;
+	int			deepest = 0;
+	bool		in_string = false;
+
+	for (size_t i = 0; i < len && deepest <= limit; i++)
+	{
+		if (in_string)
+		{
+			if (s[i] == '\\')
+				i++;
+			else if (s[i] == '"')
+				in_string = false;
+		}
+		else if (s[i] == '"')
+			in_string = true;
+		else if (s[i] == '[' || s[i] == '{')
+			deepest = Max(deepest, ++depth);
+		else if (s[i] == ']' || s[i] == '}')
+			depth--;
+	}
+	return deepest;
+}
+
 static bool
 parse_token_json(char *body, size_t len, TokenParse *p)
 {
@@ -476,7 +507,7 @@ parse_token_json(char *body, size_t len, TokenParse *p)
 	sem.array_end = tp_unnest;
 	sem.object_field_start = tp_field;
 	sem.scalar = tp_scalar;
-	if (len > OUTBOX_TOKEN_RESPONSE_MAX)
+	if (len > OUTBOX_TOKEN_RESPONSE_MAX || json_depth(body, len, 16) > 16)
 		return false;
 	lex = makeJsonLexContextCstringLen(body, (int) len, PG_UTF8, true);
 	return pg_parse_json(lex, &sem) == JSON_SUCCESS && p->top_is_object;

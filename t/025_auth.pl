@@ -45,9 +45,13 @@ for my $c ([ 'server', "subjectAltName = IP:127.0.0.1\nextendedKeyUsage = server
 	openssl('x509', '-req', '-in', "$dir/$name.csr", '-CA', "$dir/ca.crt", '-CAkey', "$dir/ca.key",
 		'-CAcreateserial', '-days', '2', '-extfile', "$dir/$name.ext", '-out', "$dir/$name.crt");
 }
-chmod 0644, "$dir/ca.crt", "$dir/client.crt";
-chmod 0600, "$dir/client.key";
-ok(-s "$dir/client.crt" && -s "$dir/server.crt", 'certificates made');
+# A client certificate of another CA, which the receiver does not trust
+# (self-signed).
+openssl('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '2',
+	'-subj', '/CN=outbox-stranger', '-keyout', "$dir/stranger.key", '-out', "$dir/stranger.crt");
+chmod 0644, "$dir/ca.crt", "$dir/client.crt", "$dir/stranger.crt";
+chmod 0600, "$dir/client.key", "$dir/stranger.key";
+ok(-s "$dir/client.crt" && -s "$dir/server.crt" && -s "$dir/stranger.crt", 'certificates made');
 
 # The HTTPS receiver that asks for a client certificate from the CA.
 my $tls_log = "$dir/tls.jsonl";
@@ -103,10 +107,26 @@ is($mb->{headers}{authorization}, 'Bearer tok-Mtls-91ab', 'which is sent as Auth
 ok($node->poll_query_until('postgres',
 	"SELECT count(*) >= 2 FROM outbox.attempts WHERE endpoint = 'no-cert'"),
 	'without a client certificate: attempted and retried');
+like(sql("SELECT error FROM outbox.attempts WHERE endpoint = 'no-cert' ORDER BY at LIMIT 1"),
+	qr/^authentication failed: the receiver asks for a client certificate \(auth's client_cert\): .*alert/,
+	'without a client certificate: recorded as an authentication failure');
 is(scalar(grep { $_->{path} eq '/no-cert' } received($tls_log)), 0,
 	'without a client certificate the receiver got nothing');
 is(sql("SELECT count(*) FROM outbox.attempts WHERE endpoint = 'no-cert' AND (status IS NOT NULL OR error = '')"),
 	'0', 'and each attempt is a failure without a status');
+
+# A certificate the receiver does not trust.
+sql(qq{SELECT outbox.create_endpoint('stranger', '$tls_url/stranger', '{s.*}', max_attempts => 100,
+	auth => jsonb_build_object('client_cert', '$dir/stranger.crt', 'client_key', '$dir/stranger.key'))});
+sql(q{SELECT outbox.emit('s.event', '{}')});
+ok($node->poll_query_until('postgres',
+	"SELECT count(*) >= 1 FROM outbox.attempts WHERE endpoint = 'stranger'"),
+	'untrusted client certificate: attempted');
+like(sql("SELECT error FROM outbox.attempts WHERE endpoint = 'stranger' ORDER BY at LIMIT 1"),
+	qr/^authentication failed: the receiver refused the client certificate: .*alert/,
+	'untrusted client certificate: recorded as an authentication failure');
+is(scalar(grep { $_->{path} eq '/stranger' } received($tls_log)), 0,
+	'untrusted client certificate: the receiver got nothing');
 
 # A certificate file gone after create_endpoint checked it: each attempt
 # fails as an authentication failure, and is retried.

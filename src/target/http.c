@@ -1075,6 +1075,31 @@ next_message(HttpPool *pool)
 }
 
 /*
+ * A failure that is about the client certificate says so (README,
+ * "Client authentication"): one libcurl could not load, or a TLS alert
+ * from the receiver about certificates (OpenSSL's text: "certificate
+ * required", "bad certificate", "unknown ca", ...).  Our own check of the
+ * receiver's certificate reads "SSL certificate problem" and is no alert.
+ */
+static void
+reword_auth_failure(HttpRequest *req, CURLcode rc)
+{
+	char		why[CURL_ERROR_SIZE];
+	const char *what;
+
+	if (rc == CURLE_SSL_CERTPROBLEM)
+		what = "the client certificate or key could not be used";
+	else if (strstr(req->error, "alert") != NULL &&
+			 (strstr(req->error, "certificate") != NULL || strstr(req->error, "unknown ca") != NULL))
+		what = req->client_cert != NULL ? "the receiver refused the client certificate" :
+			"the receiver asks for a client certificate (auth's client_cert)";
+	else
+		return;
+	strlcpy(why, req->error, sizeof(why));
+	snprintf(req->error, sizeof(req->error), "authentication failed: %s: %s", what, why);
+}
+
+/*
  * The next finished request with its results filled in, or NULL.  Its
  * libcurl resources are already released.
  */
@@ -1135,14 +1160,7 @@ http_next_done(void)
 			strlcpy(req->error, req->refused, sizeof(req->error));
 		else if (req->error[0] == '\0')
 			strlcpy(req->error, curl_easy_strerror(rc), sizeof(req->error));
-		if (rc == CURLE_SSL_CERTPROBLEM)
-		{
-			char		why[CURL_ERROR_SIZE];
-
-			strlcpy(why, req->error, sizeof(why));
-			snprintf(req->error, sizeof(req->error),
-					 "authentication failed: the client certificate or key could not be used: %s", why);
-		}
+		reword_auth_failure(req, rc);
 	}
 	release(req);
 	return req;

@@ -21,6 +21,7 @@ OBJS = \
 	src/target/format.o \
 	src/target/http.o \
 	src/target/address.o \
+	src/target/auth.o \
 	src/relay/policy.o \
 	src/relay/delivery.o \
 	src/relay/priority.o \
@@ -28,7 +29,8 @@ OBJS = \
 	src/relay/launcher.o \
 	src/relay/route.o \
 	src/relay/relay.o \
-	src/relay/sender.o
+	src/relay/sender.o \
+	src/relay/credentials.o
 DATA = $(wildcard outbox--*.sql)
 
 PG_CONFIG ?= pg_config

@@ -83,6 +83,8 @@ typedef struct RelayEndpoint
 	dlist_node	ready_node;
 	int			shown_at;		/* 1 + its entry in the shared table of
 								 * requests in flight (shmem.c), 0: none */
+	struct EndpointAuth *auth;	/* client authentication (credentials.h),
+								 * or NULL */
 } RelayEndpoint;
 
 typedef enum DeliveryState
@@ -120,6 +122,7 @@ typedef struct Delivery
 	int			n_event_headers;
 	OutcomeKind outcome;
 	TimestampTz next_at;
+	uint32		auth_generation;	/* of the OAuth2 token it was sent with */
 	HttpRequest req;
 } Delivery;
 

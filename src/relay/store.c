@@ -153,7 +153,8 @@ store_load_endpoints(EndpointRow **rows, MemoryContext cxt)
 				c_follows,
 				c_max_in_flight,
 				c_format,
-				c_max_age;
+				c_max_age,
+				c_auth;
 
 	if (endpoints_plan == NULL)
 		endpoints_plan = outbox_prepare_kept("SELECT * FROM outbox._relay_endpoints()", 0, NULL);
@@ -178,6 +179,7 @@ store_load_endpoints(EndpointRow **rows, MemoryContext cxt)
 	c_max_in_flight = SPI_fnumber(desc, "max_in_flight");
 	c_format = SPI_fnumber(desc, "format");
 	c_max_age = SPI_fnumber(desc, "max_age_ms");
+	c_auth = SPI_fnumber(desc, "auth");
 
 	n = (int) SPI_processed;
 	*rows = palloc0(sizeof(EndpointRow) * Max(n, 1));
@@ -188,6 +190,7 @@ store_load_endpoints(EndpointRow **rows, MemoryContext cxt)
 		bool		isnull;
 		char	   *secret;
 		char	   *old_secret;
+		Datum		auth;
 
 		row->id = DatumGetInt32(col_datum(tup, desc, c_id, &isnull));
 		row->name = MemoryContextStrdup(cxt, col_text(tup, desc, c_name));
@@ -223,6 +226,11 @@ store_load_endpoints(EndpointRow **rows, MemoryContext cxt)
 		row->max_age_ms = DatumGetInt64(col_datum(tup, desc, c_max_age, &isnull));
 		if (isnull)
 			row->max_age_ms = 0;
+		/* checked when stored (_check_auth): a problem here cannot happen */
+		auth = col_datum(tup, desc, c_auth, &isnull);
+		row->has_auth = !isnull;
+		row->auth_problem = isnull ? NULL :
+			auth_read(DatumGetJsonbP(auth), &row->auth, cxt);
 	}
 	return n;
 }

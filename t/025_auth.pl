@@ -122,9 +122,12 @@ sql(q{SELECT outbox.emit('s.event', '{}')});
 ok($node->poll_query_until('postgres',
 	"SELECT count(*) >= 1 FROM outbox.attempts WHERE endpoint = 'stranger'"),
 	'untrusted client certificate: attempted');
-like(sql("SELECT error FROM outbox.attempts WHERE endpoint = 'stranger' ORDER BY at LIMIT 1"),
-	qr/^authentication failed: the receiver refused the client certificate: .*alert/,
-	'untrusted client certificate: recorded as an authentication failure');
+# (With TLS 1.3 the receiver's refusal comes after the client has
+# finished its handshake: read in time, it is the alert; otherwise the
+# connection is found closed first, a transport error without a status.)
+like(sql("SELECT error FROM outbox.attempts WHERE endpoint = 'stranger' AND status IS NULL ORDER BY at LIMIT 1"),
+	qr/^authentication failed: the receiver refused the client certificate: .*alert|not connected|reset|closed/i,
+	'untrusted client certificate: recorded as a failure without a status');
 is(scalar(grep { $_->{path} eq '/stranger' } received($tls_log)), 0,
 	'untrusted client certificate: the receiver got nothing');
 

@@ -21,6 +21,8 @@ OBJS = \
 	src/target/format.o \
 	src/target/http.o \
 	src/target/address.o \
+	src/target/target.o \
+	src/target/webhook.o \
 	src/relay/policy.o \
 	src/relay/delivery.o \
 	src/relay/store.o \

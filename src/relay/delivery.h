@@ -16,8 +16,8 @@
 #include "utils/uuid.h"
 
 #include "format.h"
-#include "http.h"
 #include "sign.h"
+#include "target.h"
 
 /* Where a detached endpoint's row moves with its detach (detach_past). */
 typedef struct DetachPast
@@ -46,6 +46,7 @@ typedef struct RelayEndpoint
 	struct Batch *part;			/* scratch of route_page(): its part */
 	char	   *name;
 	char	   *url;
+	TargetKind	target;			/* where its deliveries go: by URL scheme */
 	char	   *headers;		/* "name: value\n" lines, endpoint's own */
 	OutboxFormat format;		/* what its requests look like */
 	uint8		key[OUTBOX_KEY_MAX];
@@ -114,7 +115,8 @@ typedef struct Delivery
 	int			n_event_headers;
 	const char *outcome;
 	TimestampTz next_at;
-	HttpRequest req;
+	TargetResult result;		/* of its attempt: target_submit() to
+								 * target_next_done() */
 } Delivery;
 
 /*

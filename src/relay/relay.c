@@ -17,7 +17,7 @@
  * and tries again, and gives way in a deadlock.  Commits of emitting
  * transactions set our latch (emit.c); outbox.poll_interval covers retries,
  * deliver_at and prepared transactions.  The loop sleeps in one wait on the
- * latch and on the sockets libcurl watches (http_wait), so a commit wakes it
+ * latch and on what its targets watch (target_wait), so a commit wakes it
  * even while requests are in flight.  With outbox.senders, some requests
  * are sent by sender processes (sender.c); their results set the latch.
  *
@@ -42,7 +42,6 @@
 #include "utils/guc.h"
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
-#include "utils/resowner.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
@@ -53,6 +52,7 @@
 #include "sender.h"
 #include "shmem.h"
 #include "store.h"
+#include "target.h"
 #include "relay.h"
 
 /* How often a batch still partly in flight records what finished. */
@@ -95,7 +95,6 @@
 
 static MemoryContext relay_cxt = NULL;
 static HTAB *endpoints = NULL;
-static ResourceOwner relay_owner = NULL;
 
 /* Batches whose requests are being sent, and those read but not committed. */
 static dlist_head active = DLIST_STATIC_INIT(active);
@@ -150,7 +149,7 @@ relay_shmem_exit(int code, Datum arg)
 {
 	outbox_relay_detach(extension_absent ? RELAY_EXIT_ABSENT : RELAY_EXIT_UNKNOWN,
 						requests_before_check);
-	http_abandon_all();
+	target_abandon_all();
 	if (!extension_absent)
 		ereport(LOG, (errmsg("outbox relay stopping")));
 }
@@ -438,6 +437,7 @@ load_endpoints(void)
 			free_endpoint_strings(ep);
 		ep->name = row->name;
 		ep->url = row->url;
+		ep->target = target_of_url(ep->url);
 		ep->headers = row->headers;
 		ep->patterns = row->patterns;
 		ep->npatterns = row->npatterns;
@@ -1163,160 +1163,6 @@ read_round(bool full)
 	}
 }
 
-static struct curl_slist *
-add_header(struct curl_slist *list, const char *line)
-{
-	struct curl_slist *next = curl_slist_append(list, line);
-
-	if (next == NULL)
-	{
-		curl_slist_free_all(list);
-		elog(ERROR, "out of memory building request headers");
-	}
-	return next;
-}
-
-/*
- * Step through an endpoint's "name: value\n" header lines: the next line's
- * name and value (without the ": " between them), false after the last.
- */
-static bool
-next_header_line(const char **lines, const char **name, size_t *name_len,
-				 const char **value, size_t *value_len)
-{
-	const char *l = *lines;
-	size_t		len = strcspn(l, "\n");
-
-	if (*l == '\0')
-		return false;
-	*lines = l[len] == '\n' ? l + len + 1 : l + len;
-	*name = l;
-	*name_len = strcspn(l, ":\n");
-	*value = l + Min(*name_len + 1, len);
-	while (*value < l + len && **value == ' ')
-		(*value)++;
-	*value_len = l + len - *value;
-	return true;
-}
-
-/*
- * Does the endpoint set the header of this "name: value" line itself?
- * Names compare case-insensitively, as HTTP's do.  An event's header of
- * such a name is not sent: an application that may only emit must not
- * override (or add a second) Authorization, say, of the endpoint's.
- */
-static bool
-endpoint_sets_header(const RelayEndpoint *ep, const char *line)
-{
-	size_t		len = strcspn(line, ":");
-	const char *lines = ep->headers;
-	const char *name;
-	const char *value;
-	size_t		name_len;
-	size_t		value_len;
-
-	while (next_header_line(&lines, &name, &name_len, &value, &value_len))
-		if (name_len == len && pg_strncasecmp(name, line, len) == 0)
-			return true;
-	return false;
-}
-
-/*
- * Shorter endpoint header values are not taken for secrets; within a value
- * of several words ("Bearer <token>"), words of REDACT_WORD_LEN or more are
- * taken for secrets of their own.
- */
-#define REDACT_MIN_LEN		4
-#define REDACT_WORD_LEN		8
-#define REDACTED			"[redacted]"
-
-/*
- * Replace every occurrence of value[0..len) in the kept response by
- * "[redacted]", and the start of one (REDACT_MIN_LEN bytes or more) where
- * the kept text was cut off (truncated).  The response's bytes were made
- * printable as they were kept (http_kept_char), so the value is compared
- * the same way.
- */
-static void
-redact(HttpRequest *req, const char *value, size_t len, bool truncated)
-{
-	char		out[OUTBOX_RESPONSE_KEEP + 1];
-	size_t		n = 0;
-	size_t		i = 0;
-	bool		changed = false;
-
-	while (i < req->response_len)
-	{
-		size_t		m = 0;
-
-		while (m < len && i + m < req->response_len &&
-			   req->response[i + m] == http_kept_char(value[m]))
-			m++;
-		if (m == len ||
-			(truncated && i + m == req->response_len && m >= REDACT_MIN_LEN))
-		{
-			size_t		r = Min(strlen(REDACTED), OUTBOX_RESPONSE_KEEP - n);
-
-			memcpy(out + n, REDACTED, r);
-			n += r;
-			i += m;
-			changed = true;
-		}
-		else if (n < OUTBOX_RESPONSE_KEEP)
-			out[n++] = req->response[i++];
-		else
-			i++;
-	}
-	if (changed)
-	{
-		memcpy(req->response, out, n);
-		req->response[n] = '\0';
-		req->response_len = n;
-	}
-}
-
-/*
- * Take the endpoint's header values (its Authorization, say) out of the
- * response kept for outbox.attempts: a receiver that echoes its request,
- * or only the token in it, would put them there.
- */
-static void
-redact_response(const RelayEndpoint *ep, HttpRequest *req)
-{
-	bool		truncated = req->response_cut;
-	const char *lines = ep->headers;
-	const char *name;
-	const char *value;
-	size_t		name_len;
-	size_t		value_len;
-
-	if (req->response_len == 0)
-		return;
-	while (next_header_line(&lines, &name, &name_len, &value, &value_len))
-	{
-		const char *word = value;
-
-		if (value_len < REDACT_MIN_LEN)
-			continue;
-		redact(req, value, value_len, truncated);
-		if (memchr(value, ' ', value_len) == NULL)
-			continue;
-		/* the words of a value of several, each on its own */
-		while (word < value + value_len)
-		{
-			size_t		word_len = strcspn(word, " \n");
-
-			if (word + word_len > value + value_len)
-				word_len = value + value_len - word;
-			if (word_len >= REDACT_WORD_LEN)
-				redact(req, word, word_len, truncated);
-			word += word_len;
-			while (word < value + value_len && *word == ' ')
-				word++;
-		}
-	}
-}
-
 /*
  * Slots (DESIGN.md, The relay loop).  The relay keeps at most
  * outbox.max_concurrency requests in flight, fewer if its open files limit
@@ -1421,89 +1267,24 @@ relay_slots(void)
 }
 
 /*
- * Build the signed request of one delivery and hand it to libcurl: the
- * headers of its endpoint's format, the signature over the body as sent
- * (in every format), the endpoint's headers, then the event's, except
- * those the endpoint or the format sets itself.
+ * Hand one delivery to its endpoint's target (target.h), which sends it and
+ * gives back its result through collect().
  */
 static void
 submit(Delivery *d)
 {
 	RelayEndpoint *ep = d->batch->ep;
-	struct curl_slist *h = NULL;
-	int64		ts = (int64) time(NULL);
-	size_t		body_len = strlen(d->body);
-	char		sig[OUTBOX_SIGNATURE_LEN];
-	char		old_sig[OUTBOX_SIGNATURE_LEN];
-	char		line[256];
-	char	   *format_lines[OUTBOX_FORMAT_MAX_HEADERS];
-	int			n_format_lines;
-	EventParts	parts = {0};
-	ResourceOwner save = CurrentResourceOwner;
 
 	outbox_uuid_text(&d->event_id, d->event_id_str);
-
-	/* pg_hmac may register with a resource owner; we have no transaction. */
-	CurrentResourceOwner = relay_owner;
-	outbox_sign(ep->key, ep->keylen, d->event_id_str, strlen(d->event_id_str), ts,
-				d->body, body_len, sig);
-	if (ep->old_keylen > 0)
-		outbox_sign(ep->old_key, ep->old_keylen, d->event_id_str, strlen(d->event_id_str), ts,
-					d->body, body_len, old_sig);
-	CurrentResourceOwner = save;
-
-	parts.event_id = &d->event_id;
-	parts.type = d->type;
-	parts.emitted_at = d->emitted_at;
-	parts.key = d->key;
-	n_format_lines = outbox_format_headers(ep->format, &parts, format_lines);
-	for (int i = 0; i < n_format_lines; i++)
-		h = add_header(h, format_lines[i]);
-	for (int i = 1; i < n_format_lines; i++)
-		pfree(format_lines[i]);	/* (the first, Content-Type, is static) */
-	h = add_header(h, "Expect:");
-	snprintf(line, sizeof(line), "webhook-id: %s", d->event_id_str);
-	h = add_header(h, line);
-	snprintf(line, sizeof(line), "webhook-timestamp: " INT64_FORMAT, ts);
-	h = add_header(h, line);
-	if (ep->old_keylen > 0)
-		snprintf(line, sizeof(line), "webhook-signature: v1,%s v1,%s", sig, old_sig);
-	else
-		snprintf(line, sizeof(line), "webhook-signature: v1,%s", sig);
-	h = add_header(h, line);
-	if (ep->headers[0] != '\0')
-	{
-		char	   *copy = pstrdup(ep->headers);
-		char	   *save_ptr = NULL;
-
-		for (char *l = strtok_r(copy, "\n", &save_ptr); l; l = strtok_r(NULL, "\n", &save_ptr))
-			if (!outbox_format_sets_header(ep->format, l))
-				h = add_header(h, l);
-		pfree(copy);
-	}
-	/*
-	 * The endpoint's own headers win over an event's of the same name, and
-	 * the format's (binary mode's ce-* attributes) over both.
-	 */
-	for (int i = 0; i < d->n_event_headers; i++)
-		if (!endpoint_sets_header(ep, d->event_headers[i]) &&
-			!outbox_format_sets_header(ep->format, d->event_headers[i]))
-			h = add_header(h, d->event_headers[i]);
-
-	d->req.url = ep->url;
-	d->req.body = d->body;
-	d->req.body_len = body_len;
-	d->req.headers = h;
-	d->req.timeout_ms = ep->timeout_ms;
-	d->req.owner = d;
-	if (!senders_submit(&d->req, in_flight))
-		http_submit(&d->req);
+	memset(&d->result, 0, sizeof(d->result));
+	target_submit(d, ep->target, in_flight);
 	ep->in_flight++;
 	in_flight++;
 	d->batch->answered_at = GetCurrentTimestamp();	/* its clock starts */
 	update_busy(ep);
 	show_in_flight(ep);
 }
+
 
 /* Why pump_batch stopped. */
 typedef enum PumpStop
@@ -1615,7 +1396,7 @@ pump(void)
  * endpoint; the attempt log has every failure.
  */
 static void
-warn_failure(RelayEndpoint *ep, HttpRequest *req)
+warn_failure(RelayEndpoint *ep, const TargetResult *res)
 {
 	TimestampTz now = GetCurrentTimestamp();
 
@@ -1623,54 +1404,54 @@ warn_failure(RelayEndpoint *ep, HttpRequest *req)
 	if (ep->last_warning != 0 &&
 		!TimestampDifferenceExceeds(ep->last_warning, now, WARNING_INTERVAL_MS))
 		return;
-	if (req->transport_error)
+	if (res->transport_error || res->rejected)
 		ereport(WARNING,
 				(errmsg("outbox deliveries to endpoint \"%s\" are failing", ep->name),
 				 errdetail("%d failed since the last report; the latest: %s.",
-						   ep->failures_unreported, req->error)));
+						   ep->failures_unreported, res->error)));
 	else
 		ereport(WARNING,
 				(errmsg("outbox deliveries to endpoint \"%s\" are failing", ep->name),
 				 errdetail("%d failed since the last report; the latest got HTTP status %ld.",
-						   ep->failures_unreported, req->status)));
+						   ep->failures_unreported, res->status)));
 	ep->last_warning = now;
 	ep->failures_unreported = 0;
 }
 
-/* Turn finished requests, the relay's own and its senders', into outcomes. */
+/* Turn the results of finished deliveries, of every target, into outcomes. */
 static void
 collect(void)
 {
-	HttpRequest *req;
+	Delivery   *d;
 
-	while ((req = http_next_done()) != NULL || (req = senders_next_done()) != NULL)
+	while ((d = target_next_done()) != NULL)
 	{
-		Delivery   *d = (Delivery *) req->owner;
+		TargetResult *res = &d->result;
 		Batch	   *b = d->batch;
 		Outcome		o;
 		bool		retry_class;
 
-		redact_response(b->ep, req);
 		last_answer_at = b->answered_at = GetCurrentTimestamp();
 		if (b->stream != NULL)
 		{
 			b->stream->answered++;
-			if (req->duration_ms >= SLOW_ANSWER_MS)
+			if (res->duration_ms >= SLOW_ANSWER_MS)
 				b->stream->slow_answers++;
 		}
-		o = policy_classify(req->status, req->transport_error,
-							req->delivery[0] ? req->delivery : NULL);
+		o = res->rejected ? OUTCOME_DEAD :
+			policy_classify(res->status, res->transport_error,
+							res->delivery[0] ? res->delivery : NULL);
 		d->next_at = 0;
-		if (policy_wants_disable(o, req->delivery[0] ? req->delivery : NULL))
-			b->disable_reason = req->status == 410 ? "410 Gone" :
+		if (policy_wants_disable(o, res->delivery[0] ? res->delivery : NULL))
+			b->disable_reason = res->status == 410 ? "410 Gone" :
 				"the receiver answered webhook-delivery: disable";
 		retry_class = o == OUTCOME_RETRY;
 		if (o == OUTCOME_RETRY && d->attempt >= b->ep->max_attempts)
 			o = OUTCOME_DEAD;
 		if (o == OUTCOME_RETRY || o == OUTCOME_DISABLE)
 		{
-			double		wait = policy_backoff(&outbox_schedule, d->attempt, req->status,
-											  policy_retry_after(req->retry_after, (double) time(NULL)),
+			double		wait = policy_backoff(&outbox_schedule, d->attempt, res->status,
+											  policy_retry_after(res->retry_after, (double) time(NULL)),
 											  pg_prng_double(&pg_global_prng_state) * 2.0 - 1.0);
 
 			d->next_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), (int64) (wait * 1000.0));
@@ -1698,7 +1479,7 @@ collect(void)
 		}
 		outbox_count(o == OUTCOME_DELIVERED ? RELAY_DELIVERIES : RELAY_FAILURES, 1);
 		outbox_count(RELAY_RETRIES, d->attempt > 1 ? 1 : 0);
-		outbox_count(RELAY_BYTES, req->body_len);
+		outbox_count(RELAY_BYTES, res->bytes);
 		b->ep->in_flight--;
 		in_flight--;
 		show_in_flight(b->ep);
@@ -1715,7 +1496,7 @@ collect(void)
 			unready(b->ep);
 		update_busy(b->ep);
 		if (o != OUTCOME_DELIVERED)
-			warn_failure(b->ep, req);
+			warn_failure(b->ep, res);
 	}
 }
 
@@ -1766,11 +1547,11 @@ outcome_rows(const RecordRound *r, OutcomeRow **rows)
 			o->outcome = d->outcome;
 			o->next_at = d->next_at;
 			o->sent = !d->deferred && !d->already;
-			o->status = d->req.status;
-			o->error = d->req.error;
-			o->duration_ms = d->req.duration_ms;
-			o->response = d->req.response;
-			o->response_len = d->req.response_len;
+			o->status = d->result.status;
+			o->error = d->result.error;
+			o->duration_ms = d->result.duration_ms;
+			o->response = d->result.response;
+			o->response_len = d->result.response_len;
 			o->disable_reason = reason;
 			reason = NULL;
 		}
@@ -2295,7 +2076,6 @@ outbox_relay_main(Datum arg)
 	SetConfigOption("deadlock_timeout", "50ms", PGC_SUSET, PGC_S_OVERRIDE);
 
 	relay_cxt = AllocSetContextCreate(TopMemoryContext, "outbox relay", ALLOCSET_DEFAULT_SIZES);
-	relay_owner = ResourceOwnerCreate(NULL, "outbox relay");
 	memset(&ctl, 0, sizeof(ctl));
 	ctl.keysize = sizeof(int);
 	ctl.entrysize = sizeof(RelayEndpoint);
@@ -2309,7 +2089,7 @@ outbox_relay_main(Datum arg)
 	/* (and for the CloudEvents source it stands for by default) */
 	outbox_format_set_database(dbname);
 
-	http_start(outbox_max_concurrency);
+	target_start();
 	rotate_round(true);
 	if (!extension_absent)
 		senders_start(dbname);
@@ -2342,7 +2122,7 @@ outbox_relay_main(Datum arg)
 		{
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
-			http_configure(outbox_max_concurrency);
+			target_configure();
 			ereport(LOG, (errmsg("outbox relay reloaded its configuration")));
 		}
 
@@ -2403,7 +2183,7 @@ outbox_relay_main(Datum arg)
 			(void) WaitLatch(MyLatch, WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 							 WAKE_COALESCE_MS, PG_WAIT_EXTENSION);
 
-		/* Sleep on the latch, libcurl's sockets and the poll timer at once. */
+		/* Sleep on the latch, the targets' sockets and the poll timer at once. */
 		until_poll = outbox_poll_interval -
 			TimestampDifferenceMilliseconds(last_read, GetCurrentTimestamp());
 		/* A page with parts in flight is looked at for laggards meanwhile. */
@@ -2411,7 +2191,7 @@ outbox_relay_main(Datum arg)
 			until_poll = Min(until_poll, LAGGARD_MIN_MS / 2);
 		step_start = GetCurrentTimestamp();
 		waiting_on_http = in_flight > 0;
-		if (http_wait(Max(until_poll, 0)))
+		if (target_wait(Max(until_poll, 0)))
 		{
 			read_now = true;
 			last_wake = GetCurrentTimestamp();

@@ -30,6 +30,7 @@
 #include "address.h"
 #include "guc.h"
 #include "http.h"
+#include "kafka.h"
 
 PG_FUNCTION_INFO_V1(outbox_check_url);
 
@@ -70,7 +71,8 @@ bad_url(const char *url, const char *detail)
 /*
  * outbox._check_url(text) returns text: the URL as libcurl normalizes it.
  * Only absolute http and https URLs with a host and without credentials
- * are accepted.  All libcurl memory is freed before any error is raised.
+ * are accepted, and kafka:// URLs the Kafka target can use (kafka.c), with
+ * the scheme in lower case.  All libcurl memory is freed before any error is raised.
  */
 Datum
 outbox_check_url(PG_FUNCTION_ARGS)
@@ -94,6 +96,16 @@ outbox_check_url(PG_FUNCTION_ARGS)
 				 errmsg("endpoint URL is too long"),
 				 errdetail("A URL is at most %d bytes.", OUTBOX_MAX_URL)));
 
+	/* Brokers: the Kafka target reads its own URLs (kafka.c). */
+	if (pg_strncasecmp(url, "kafka://", 8) == 0)
+	{
+		KafkaUrl	parsed;
+
+		if (!kafka_parse_url(url, &parsed, &problem))
+			bad_url(url, problem);
+		PG_RETURN_TEXT_P(cstring_to_text(psprintf("kafka://%s", url + 8)));
+	}
+
 	h = curl_url();
 	if (h == NULL)
 		ereport(ERROR,
@@ -115,7 +127,7 @@ outbox_check_url(PG_FUNCTION_ARGS)
 	}
 	else if (curl_url_get(h, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
 			 (strcmp(scheme, "http") != 0 && strcmp(scheme, "https") != 0))
-		problem = "Only http and https URLs are accepted.";
+		problem = "Only http, https and kafka URLs are accepted.";
 	else if (curl_url_get(h, CURLUPART_HOST, &host, 0) != CURLUE_OK || host[0] == '\0')
 		problem = "The URL has no host.";
 	else if (curl_url_get(h, CURLUPART_PORT, &port, 0) == CURLUE_OK && strcmp(port, "0") == 0)
@@ -188,6 +200,9 @@ static dlist_head in_flight = DLIST_STATIC_INIT(in_flight);
  */
 static WaitEventSet *wait_set = NULL;
 
+/* One more socket the wait watches for reading (http_wait_also), or none. */
+static pgsocket also_watched = PGINVALID_SOCKET;
+
 static HttpPool *
 pool_by_generation(uint32 generation)
 {
@@ -251,10 +266,12 @@ build_wait_set(void)
 	curl_epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (curl_epfd < 0)
 		elog(ERROR, "epoll_create1 failed: %m");
-	wait_set = CreateWaitEventSet(TopMemoryContext, 3);
+	wait_set = CreateWaitEventSet(TopMemoryContext, 4);
 	AddWaitEventToSet(wait_set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
 	AddWaitEventToSet(wait_set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
 	AddWaitEventToSet(wait_set, WL_SOCKET_READABLE, curl_epfd, NULL, NULL);
+	if (also_watched != PGINVALID_SOCKET)
+		AddWaitEventToSet(wait_set, WL_SOCKET_READABLE, also_watched, NULL, NULL);
 }
 
 /* Hand libcurl the ready sockets of our epoll set, each to its pool. */
@@ -345,9 +362,11 @@ build_wait_set(void)
 		return;
 	if (wait_set != NULL)
 		FreeWaitEventSet(wait_set);
-	wait_set = CreateWaitEventSet(TopMemoryContext, n_watched + 2);
+	wait_set = CreateWaitEventSet(TopMemoryContext, n_watched + 3);
 	AddWaitEventToSet(wait_set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
 	AddWaitEventToSet(wait_set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
+	if (also_watched != PGINVALID_SOCKET)
+		AddWaitEventToSet(wait_set, WL_SOCKET_READABLE, also_watched, NULL, NULL);
 	for (int i = 0; i < n_watched; i++)
 	{
 		uint32		events = 0;
@@ -973,6 +992,8 @@ http_wait(long timeout_ms)
 			latch = true;
 			continue;
 		}
+		if (events[i].fd == also_watched)
+			continue;			/* its owner looks after the wait */
 #ifdef HAVE_SYS_EPOLL_H
 		if (events[i].events & WL_SOCKET_READABLE)
 			act_on_sockets();
@@ -993,6 +1014,18 @@ http_wait(long timeout_ms)
 	}
 	act_on_timers();
 	return latch;
+}
+
+/*
+ * Have http_wait() also wake when sock is readable: the wake-up of a
+ * target whose client library runs threads of its own (target.h).  Called
+ * before the first wait; the caller reads the socket.
+ */
+void
+http_wait_also(pgsocket sock)
+{
+	Assert(wait_set == NULL);
+	also_watched = sock;
 }
 
 /*

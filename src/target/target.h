@@ -11,7 +11,7 @@
  * its I/O (libcurl's sockets, a broker client's threads) and tells the
  * relay's single wait what to wake on.  The endpoint's URL scheme chooses
  * the target (target_of_url): http and https go to the webhook target
- * (webhook.c, over http.c).
+ * (webhook.c, over http.c), kafka to the Kafka target (kafka.c).
  *
  * Everything here runs in the relay's process and thread.  A target whose
  * client library runs threads of its own (librdkafka) keeps them away from
@@ -31,6 +31,7 @@ struct Delivery;
 typedef enum TargetKind
 {
 	TARGET_WEBHOOK,				/* http://, https:// */
+	TARGET_KAFKA,				/* kafka:// */
 	TARGET_KINDS
 } TargetKind;
 
@@ -64,9 +65,10 @@ typedef struct TargetResult
  * whose result is zeroed, and must not fail for a reason of the delivery's:
  * what cannot be sent comes back from next_done() with a result that says
  * why.  next_done() returns one finished delivery at a time, NULL when
- * none.  poll() is called after every wait: the target reads what its
- * socket or pipe brought.  wait_socket is a socket or pipe the relay's
- * wait must watch for reading, or PGINVALID_SOCKET.
+ * none.  poll() is called after every wait: a target whose client library
+ * runs threads of its own has them write to a pipe the wait watches
+ * (http_wait_also) and takes what they brought here, in the relay's
+ * thread.  abandon_all() is called at exit: nothing is waited for.
  */
 typedef struct TargetOps
 {
@@ -86,7 +88,8 @@ extern struct Delivery *target_next_done(void);
 extern bool target_wait(long timeout_ms);
 extern void target_abandon_all(void);
 
-/* The targets (webhook.c). */
+/* The targets (webhook.c, kafka.c). */
 extern const TargetOps outbox_webhook_target;
+extern const TargetOps outbox_kafka_target;
 
 #endif							/* OUTBOX_TARGET_H */

@@ -27,12 +27,14 @@
  * any other is a transport error, tried again on the schedule.
  *
  * Threads.  librdkafka runs threads of its own; they never call into
- * PostgreSQL.  Every producer's main queue writes a byte to one pipe when
- * it becomes non-empty (rd_kafka_queue_io_event_enable); the relay's wait
- * watches the pipe (http_wait_also), and kafka_poll() serves the queues in
- * the relay's thread: delivery reports, errors and librdkafka's log lines
- * (log.queue) arrive there and nowhere else.  The one callback a
- * librdkafka thread runs is connect_cb, which applies the address policy
+ * PostgreSQL, and they are made with every signal blocked (producer_new),
+ * so that PostgreSQL's signal handlers run in the relay's thread alone.
+ * Every producer's main queue writes a byte to one pipe when it becomes
+ * non-empty (rd_kafka_queue_io_event_enable); the relay's wait watches the
+ * pipe (http_wait_also), and kafka_poll() serves the queues in the relay's
+ * thread: delivery reports, errors and librdkafka's log lines (log.queue)
+ * arrive there and nowhere else.  The one callback a librdkafka thread
+ * runs is connect_cb, which applies the address policy
  * (outbox.allowed_networks, address.c) to every broker address before it
  * connects, the addresses brokers advertise included: it reads a copy of
  * the allowed networks kept in its producer, and writes the reason of its
@@ -46,6 +48,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -100,6 +103,9 @@ static int	n_done = 0;
 static int	done_next = 0;
 static int	done_room = 0;
 static int	kafka_in_flight = 0;
+
+/* Serializes connect_cb's calls of address_refusal, from any thread. */
+static pthread_mutex_t refusal_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* The pipe every producer's queue wakes the relay through. */
 static int	wake_pipe[2] = {-1, -1};
@@ -312,17 +318,24 @@ static int
 connect_cb(int sockfd, const struct sockaddr *addr, int addrlen, const char *id, void *opaque)
 {
 	Producer   *p = (Producer *) opaque;
-	const char *why = address_refusal(addr, &p->allowed);
+	const char *why;
+	bool		refused;
 
-	if (why != NULL)
+	/* (address_refusal's reason may be in a static buffer: one at a time) */
+	pthread_mutex_lock(&refusal_lock);
+	why = address_refusal(addr, &p->allowed);
+	refused = why != NULL;
+	if (refused)
 	{
 		pthread_mutex_lock(&p->lock);
 		snprintf(p->refused, sizeof(p->refused),
 				 "refused to connect to broker %s, %s; outbox.allowed_networks can allow it",
 				 id, why);
 		pthread_mutex_unlock(&p->lock);
-		return EACCES;
 	}
+	pthread_mutex_unlock(&refusal_lock);
+	if (refused)
+		return EACCES;
 	if (connect(sockfd, addr, addrlen) != 0 && errno != EINPROGRESS)
 		return errno;
 	return 0;
@@ -476,6 +489,8 @@ producer_new(const RelayEndpoint *ep, char *why, size_t why_len)
 	char		errstr[256];
 	char		timeout[32];
 	char		linger[32];
+	sigset_t	all_signals;
+	sigset_t	old_signals;
 
 	p = MemoryContextAllocZero(TopMemoryContext, sizeof(Producer));
 	if (!kafka_parse_url(ep->url, &p->parsed, &problem))
@@ -517,7 +532,15 @@ producer_new(const RelayEndpoint *ep, char *why, size_t why_len)
 	rd_kafka_conf_set_log_cb(conf, log_cb);
 	rd_kafka_conf_set_connect_cb(conf, connect_cb);
 
+	/*
+	 * librdkafka's threads inherit the signal mask of the thread that makes
+	 * them: with every signal blocked, PostgreSQL's handlers run only in
+	 * the relay's thread.
+	 */
+	sigfillset(&all_signals);
+	pthread_sigmask(SIG_SETMASK, &all_signals, &old_signals);
 	p->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
+	pthread_sigmask(SIG_SETMASK, &old_signals, NULL);
 	if (p->rk == NULL)
 	{
 		rd_kafka_conf_destroy(conf);

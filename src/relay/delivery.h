@@ -117,6 +117,7 @@ typedef struct Delivery
 	TimestampTz next_at;
 	TargetResult result;		/* of its attempt: target_submit() to
 								 * target_next_done() */
+	bool		took_slot;		/* its attempt holds one of the relay's slots */
 } Delivery;
 
 /*

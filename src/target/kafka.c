@@ -832,4 +832,5 @@ const TargetOps outbox_kafka_target = {
 	.next_done = kafka_next_done,
 	.poll = kafka_poll,
 	.abandon_all = kafka_abandon_all,
+	.takes_slot = false,
 };

@@ -318,7 +318,7 @@ may_read_due(const RelayEndpoint *ep, bool full)
  * progress of the page (detach_laggards).
  */
 static void
-settle(Delivery *d, const char *outcome)
+settle(Delivery *d, OutcomeKind outcome)
 {
 	Batch	   *b = d->batch;
 
@@ -343,7 +343,7 @@ defer(Delivery *d, TimestampTz next_at)
 	d->deferred = true;
 	d->attempt = 0;
 	d->next_at = next_at;
-	settle(d, "deferred");
+	settle(d, OUTCOME_KIND_DEFERRED);
 }
 
 /*
@@ -1156,7 +1156,7 @@ read_round(bool full)
 
 			d->state = DELIVERY_WAITING;
 			if (d->already)
-				settle(d, "already");
+				settle(d, OUTCOME_KIND_ALREADY);
 			else if (d->deferred)
 				defer(d, d->deliver_at);
 		}
@@ -1337,8 +1337,8 @@ pump_batch(Batch *b, int limit, int slots)
 				behind_key = true;
 				continue;
 			}
-			if (strcmp(prev->outcome, "delivered") != 0 && strcmp(prev->outcome, "dead") != 0 &&
-				strcmp(prev->outcome, "already") != 0)
+			if (prev->outcome != OUTCOME_KIND_DELIVERED && prev->outcome != OUTCOME_KIND_DEAD &&
+				prev->outcome != OUTCOME_KIND_ALREADY)
 			{
 				defer(d, GetCurrentTimestamp());
 				continue;
@@ -1487,7 +1487,7 @@ collect(void)
 
 			d->next_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), (int64) (wait * 1000.0));
 		}
-		settle(d, policy_outcome_name(o));
+		settle(d, policy_outcome_kind(o));
 		if (o == OUTCOME_DELIVERED)
 			b->ep->consecutive_failures = 0;
 		else

@@ -200,8 +200,20 @@ static dlist_head in_flight = DLIST_STATIC_INIT(in_flight);
  */
 static WaitEventSet *wait_set = NULL;
 
-/* One more socket the wait watches for reading (http_wait_also), or none. */
-static pgsocket also_watched = PGINVALID_SOCKET;
+/* Other targets' sockets the wait watches for reading (http_wait_also). */
+#define WAIT_ALSO_MAX	4
+static pgsocket also_watched[WAIT_ALSO_MAX];
+static int	n_also_watched = 0;
+
+/* Is fd one of those? */
+static bool
+is_also_watched(pgsocket fd)
+{
+	for (int i = 0; i < n_also_watched; i++)
+		if (also_watched[i] == fd)
+			return true;
+	return false;
+}
 
 static HttpPool *
 pool_by_generation(uint32 generation)
@@ -266,12 +278,12 @@ build_wait_set(void)
 	curl_epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (curl_epfd < 0)
 		elog(ERROR, "epoll_create1 failed: %m");
-	wait_set = CreateWaitEventSet(TopMemoryContext, 4);
+	wait_set = CreateWaitEventSet(TopMemoryContext, 3 + n_also_watched);
 	AddWaitEventToSet(wait_set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
 	AddWaitEventToSet(wait_set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
 	AddWaitEventToSet(wait_set, WL_SOCKET_READABLE, curl_epfd, NULL, NULL);
-	if (also_watched != PGINVALID_SOCKET)
-		AddWaitEventToSet(wait_set, WL_SOCKET_READABLE, also_watched, NULL, NULL);
+	for (int i = 0; i < n_also_watched; i++)
+		AddWaitEventToSet(wait_set, WL_SOCKET_READABLE, also_watched[i], NULL, NULL);
 }
 
 /* Hand libcurl the ready sockets of our epoll set, each to its pool. */
@@ -362,11 +374,11 @@ build_wait_set(void)
 		return;
 	if (wait_set != NULL)
 		FreeWaitEventSet(wait_set);
-	wait_set = CreateWaitEventSet(TopMemoryContext, n_watched + 3);
+	wait_set = CreateWaitEventSet(TopMemoryContext, n_watched + 2 + n_also_watched);
 	AddWaitEventToSet(wait_set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
 	AddWaitEventToSet(wait_set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
-	if (also_watched != PGINVALID_SOCKET)
-		AddWaitEventToSet(wait_set, WL_SOCKET_READABLE, also_watched, NULL, NULL);
+	for (int i = 0; i < n_also_watched; i++)
+		AddWaitEventToSet(wait_set, WL_SOCKET_READABLE, also_watched[i], NULL, NULL);
 	for (int i = 0; i < n_watched; i++)
 	{
 		uint32		events = 0;
@@ -992,8 +1004,8 @@ http_wait(long timeout_ms)
 			latch = true;
 			continue;
 		}
-		if (events[i].fd == also_watched)
-			continue;			/* its owner looks after the wait */
+		if (is_also_watched(events[i].fd))
+			continue;			/* its target reads it (target_wait) */
 #ifdef HAVE_SYS_EPOLL_H
 		if (events[i].events & WL_SOCKET_READABLE)
 			act_on_sockets();
@@ -1017,15 +1029,18 @@ http_wait(long timeout_ms)
 }
 
 /*
- * Have http_wait() also wake when sock is readable: the wake-up of a
- * target whose client library runs threads of its own (target.h).  Called
- * before the first wait; the caller reads the socket.
+ * Have http_wait() also wake when sock is readable: another target's
+ * socket, or the pipe a client library's threads write to (target.h).
+ * Called before the first wait, at most WAIT_ALSO_MAX times; the caller
+ * reads the socket.
  */
 void
 http_wait_also(pgsocket sock)
 {
 	Assert(wait_set == NULL);
-	also_watched = sock;
+	if (n_also_watched >= WAIT_ALSO_MAX)
+		elog(ERROR, "too many sockets for the relay's wait");
+	also_watched[n_also_watched++] = sock;
 }
 
 /*

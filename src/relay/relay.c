@@ -90,6 +90,13 @@
 #define OWN_READ_BUDGET_MS	20
 /* Answers this slow, most of a stream page's, make the next page larger. */
 #define SLOW_ANSWER_MS		50
+/*
+ * An endpoint whose target takes no slot (a broker) reads pages this many
+ * times outbox.batch_size on its own: with one page in flight per
+ * endpoint its rate is about a page per acknowledgement, and its messages
+ * cost the relay no socket (bench case 14).
+ */
+#define BROKER_PAGE_FACTOR	4
 /* Endpoints are loaded at least this often, changed or not. */
 #define ENDPOINTS_RELOAD_MS	10000
 
@@ -901,6 +908,8 @@ own_page_size(const RelayEndpoint *ep)
 		return 1;
 	if (ep->lagged || ep->retry_failures > 0)
 		return Min(outbox_batch_size, 2 * endpoint_cap(ep));
+	if (!target_takes_slot(ep->target))
+		return BROKER_PAGE_FACTOR * outbox_batch_size;
 	return outbox_batch_size;
 }
 
@@ -1184,8 +1193,8 @@ read_round(bool full)
  * A target whose deliveries hold no socket of their own (a broker's
  * messages share the producer's connections: target_takes_slot) takes no
  * slot and no share: its endpoints are served first, each up to its cap,
- * which is max_in_flight or twice outbox.batch_size, cut on failures the
- * same way.
+ * which is max_in_flight or twice its page (BROKER_PAGE_FACTOR), cut on
+ * failures the same way.
  *
  * pump() only looks at endpoints in the ready list, never at all of them:
  * an endpoint goes in when it gets a batch, or when one of its requests
@@ -1221,7 +1230,8 @@ static int
 endpoint_cap(const RelayEndpoint *ep)
 {
 	int			cap = ep->max_in_flight > 0 ? ep->max_in_flight :
-		target_takes_slot(ep->target) ? outbox_endpoint_concurrency : 2 * outbox_batch_size;
+		target_takes_slot(ep->target) ? outbox_endpoint_concurrency :
+		2 * BROKER_PAGE_FACTOR * outbox_batch_size;
 
 	if (ep->lagged)
 		return 1;

@@ -1183,5 +1183,8 @@ REVOKE ALL ON FUNCTION outbox.emit(text, jsonb, text, jsonb, timestamptz, text, 
     outbox._read_page(integer, integer, boolean, bigint),
     outbox._read_due(integer, integer, boolean, bigint) FROM PUBLIC;
 
+-- Endpoint URLs may name a Kafka cluster and topic (the Kafka target).
+COMMENT ON FUNCTION outbox._check_url(text) IS 'internal: validate an endpoint URL (http, https or kafka), return it normalized';
+
 -- (last: grants back on what this script created again)
 SELECT outbox._grants_back();

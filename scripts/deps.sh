@@ -9,6 +9,8 @@ PACKAGES=(
 	build-essential gcc make
 	postgresql-15 postgresql-server-dev-15
 	libcurl4-openssl-dev    # also brings curl-config
+	librdkafka-dev          # the Kafka target; rdkafka_mock.h for the tests
+	kcat                    # TAP tests: consumes from the mock Kafka cluster
 	libipc-run-perl perl    # TAP tests: IPC::Run and prove
 	python3                 # scripts/receiver.py
 	openssl

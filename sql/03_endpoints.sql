@@ -123,6 +123,40 @@ SELECT try(format('SELECT outbox.create_endpoint(%L, %L)', 'ep-url-2048',
                   'https://example.com/' || repeat('a', 2028))) AS url_2048;
 SELECT try($$SELECT outbox.create_endpoint('ep-badurl', NULL)$$) AS null_url;
 
+-- Kafka URLs (the Kafka target): servers, a topic that may contain
+-- {event_type}, the options compression and linger_ms; the scheme is kept
+-- in lower case.  Neither credentials nor other options are accepted.
+SELECT u AS url, try(format('SELECT outbox.create_endpoint(%L, %L)', 'ep-kafka-' || n, u)) AS result
+  FROM unnest(ARRAY[
+         'kafka://broker1:9092,broker2:9092/orders',
+         'KAFKA://[::1]:9092/events.{event_type}?compression=zstd&linger_ms=5',
+         'kafka://broker/t'
+       ]) WITH ORDINALITY AS v(u, n);
+SELECT name, url FROM outbox.endpoints WHERE name LIKE 'ep-kafka-%' ORDER BY name COLLATE "C";
+SELECT count(outbox.drop_endpoint(name)) AS dropped FROM outbox.endpoints WHERE name LIKE 'ep-kafka-%';
+SELECT u AS url, try(format('SELECT outbox.create_endpoint(%L, %L)', 'ep-badkafka', u)) AS result
+  FROM unnest(ARRAY[
+         'kafka://',
+         'kafka://broker:9092',
+         'kafka://broker:9092/',
+         'kafka:///orders',
+         'kafka://broker:0/orders',
+         'kafka://broker:9092,/orders',
+         'kafka://user:secret@broker:9092/orders',
+         'kafka://broker:9092/or ders',
+         'kafka://broker:9092/..',
+         'kafka://broker:9092/orders?acks=0',
+         'kafka://broker:9092/orders?compression=brotli',
+         'kafka://broker:9092/orders?linger_ms=60001',
+         'kafka://broker:9092/orders#x'
+       ]) AS u;
+SELECT try(format('SELECT outbox.create_endpoint(%L, %L)', 'ep-badkafka',
+                  'kafka://broker:9092/' || repeat('t', 250))) LIKE '22023: invalid endpoint URL %' AS topic_250_refused;
+SELECT try(format('SELECT outbox.create_endpoint(%L, %L)', 'ep-kafka-249',
+                  'kafka://broker:9092/' || repeat('t', 249))) AS topic_249;
+SELECT count(outbox.drop_endpoint('ep-kafka-249')) AS dropped;
+SELECT count(*) AS badkafka_written FROM outbox.endpoints WHERE name = 'ep-badkafka';
+
 -- Headers: the same rules as emit()'s.
 SELECT h AS headers, try(format('SELECT outbox.create_endpoint(%L, %L, headers => %L)',
                                 'ep-badhdr', 'https://example.com/', h)) AS result

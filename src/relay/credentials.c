@@ -28,6 +28,7 @@
  */
 #include "postgres.h"
 
+#include "nodes/pg_list.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
@@ -279,15 +280,50 @@ take_token(EndpointAuth *a, const char *token, double expires_in, TimestampTz se
 }
 
 /*
- * A token request finished: keep its token, or note why it failed.
- * Returns the endpoint whose deliveries wait for it, or NULL when the
- * endpoint or its auth went meanwhile.  The request is freed.
+ * The relay's table of endpoints (credentials_start), and the endpoints
+ * whose token request finished since the relay last asked
+ * (credentials_next_answered), by id: the webhook target takes a token
+ * request's end from libcurl with the deliveries' (webhook_next_done).
+ */
+static HTAB *endpoint_table = NULL;
+static List *answered = NIL;
+
+void
+credentials_start(HTAB *endpoints)
+{
+	endpoint_table = endpoints;
+}
+
+/*
+ * The next endpoint whose token request finished, whose deliveries may go
+ * (or fail) now; NULL when none.
  */
 RelayEndpoint *
-credentials_fetch_done(HttpRequest *req, HTAB *endpoints)
+credentials_next_answered(void)
+{
+	while (answered != NIL)
+	{
+		int			id = linitial_int(answered);
+		RelayEndpoint *ep;
+
+		answered = list_delete_first(answered);
+		ep = hash_search(endpoint_table, &id, HASH_FIND, NULL);
+		if (ep != NULL)
+			return ep;
+	}
+	return NULL;
+}
+
+/*
+ * A token request finished: keep its token, or note why it failed, and
+ * note the endpoint whose deliveries wait for it (credentials_next_answered)
+ * unless the endpoint or its auth went meanwhile.  The request is freed.
+ */
+void
+credentials_fetch_done(HttpRequest *req)
 {
 	TokenFetch *f = (TokenFetch *) req->owner;
-	RelayEndpoint *ep = hash_search(endpoints, &f->endpoint_id, HASH_FIND, NULL);
+	RelayEndpoint *ep = hash_search(endpoint_table, &f->endpoint_id, HASH_FIND, NULL);
 	EndpointAuth *a = ep != NULL ? ep->auth : NULL;
 	char		why[CURL_ERROR_SIZE];
 	char	   *token;
@@ -329,7 +365,13 @@ credentials_fetch_done(HttpRequest *req, HTAB *endpoints)
 	pfree(f->url);
 	pfree(f->body);
 	pfree(f);
-	return ep;
+	if (ep != NULL)
+	{
+		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+
+		answered = lappend_int(answered, ep->id);
+		MemoryContextSwitchTo(old);
+	}
 }
 
 /*

@@ -44,7 +44,9 @@ extern void credentials_free(RelayEndpoint *ep);
 extern CredentialState credentials_state(RelayEndpoint *ep);
 extern bool credentials_set_authorization(const RelayEndpoint *ep);
 extern bool credentials_fetching(const RelayEndpoint *ep);
-extern RelayEndpoint *credentials_fetch_done(HttpRequest *req, HTAB *endpoints);
+extern void credentials_start(HTAB *endpoints);
+extern void credentials_fetch_done(HttpRequest *req);
+extern RelayEndpoint *credentials_next_answered(void);
 extern void credentials_refused(RelayEndpoint *ep, uint32 generation);
 extern int	credentials_secrets(const RelayEndpoint *ep, const char **values);
 

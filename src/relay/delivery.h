@@ -16,9 +16,9 @@
 #include "utils/uuid.h"
 
 #include "format.h"
-#include "http.h"
 #include "policy.h"
 #include "sign.h"
+#include "target.h"
 
 /* Where a detached endpoint's row moves with its detach (detach_past). */
 typedef struct DetachPast
@@ -47,6 +47,7 @@ typedef struct RelayEndpoint
 	struct Batch *part;			/* scratch of route_page(): its part */
 	char	   *name;
 	char	   *url;
+	TargetKind	target;			/* where its deliveries go: by URL scheme */
 	char	   *headers;		/* "name: value\n" lines, endpoint's own */
 	OutboxFormat format;		/* what its requests look like */
 	uint8		key[OUTBOX_KEY_MAX];
@@ -123,7 +124,9 @@ typedef struct Delivery
 	OutcomeKind outcome;
 	TimestampTz next_at;
 	uint32		auth_generation;	/* of the OAuth2 token it was sent with */
-	HttpRequest req;
+	TargetResult result;		/* of its attempt: target_submit() to
+								 * target_next_done() */
+	bool		took_slot;		/* its attempt holds one of the relay's slots */
 } Delivery;
 
 /*

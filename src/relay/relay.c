@@ -17,7 +17,7 @@
  * and tries again, and gives way in a deadlock.  Commits of emitting
  * transactions set our latch (emit.c); outbox.poll_interval covers retries,
  * deliver_at and prepared transactions.  The loop sleeps in one wait on the
- * latch and on the sockets libcurl watches (http_wait), so a commit wakes it
+ * latch and on what its targets watch (target_wait), so a commit wakes it
  * even while requests are in flight.  With outbox.senders, some requests
  * are sent by sender processes (sender.c); their results set the latch.
  *
@@ -42,7 +42,6 @@
 #include "utils/guc.h"
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
-#include "utils/resowner.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
@@ -55,6 +54,7 @@
 #include "sender.h"
 #include "shmem.h"
 #include "store.h"
+#include "target.h"
 #include "relay.h"
 
 /* How often a batch still partly in flight records what finished. */
@@ -92,17 +92,24 @@
 #define OWN_READ_BUDGET_MS	20
 /* Answers this slow, most of a stream page's, make the next page larger. */
 #define SLOW_ANSWER_MS		50
+/*
+ * An endpoint whose target takes no slot (a broker) reads pages this many
+ * times outbox.batch_size on its own: with one page in flight per
+ * endpoint its rate is about a page per acknowledgement, and its messages
+ * cost the relay no socket (bench case 14).
+ */
+#define BROKER_PAGE_FACTOR	4
 /* Endpoints are loaded at least this often, changed or not. */
 #define ENDPOINTS_RELOAD_MS	10000
 
 static MemoryContext relay_cxt = NULL;
 static HTAB *endpoints = NULL;
-static ResourceOwner relay_owner = NULL;
 
 /* Batches whose requests are being sent, and those read but not committed. */
 static dlist_head active = DLIST_STATIC_INIT(active);
 static dlist_head unconfirmed = DLIST_STATIC_INIT(unconfirmed);
 static int	in_flight = 0;
+static int	slots_taken = 0;	/* of those, deliveries holding a slot */
 
 /*
  * The stream (DESIGN.md, "The read path"): its page in flight, or the one
@@ -152,7 +159,7 @@ relay_shmem_exit(int code, Datum arg)
 {
 	outbox_relay_detach(extension_absent ? RELAY_EXIT_ABSENT : RELAY_EXIT_UNKNOWN,
 						requests_before_check);
-	http_abandon_all();
+	target_abandon_all();
 	if (!extension_absent)
 		ereport(LOG, (errmsg("outbox relay stopping")));
 }
@@ -456,6 +463,7 @@ load_endpoints(void)
 			free_endpoint_strings(ep);
 		ep->name = row->name;
 		ep->url = row->url;
+		ep->target = target_of_url(ep->url);
 		ep->headers = row->headers;
 		ep->patterns = row->patterns;
 		ep->npatterns = row->npatterns;
@@ -933,6 +941,8 @@ own_page_size(const RelayEndpoint *ep)
 		return 1;
 	if (ep->lagged || ep->retry_failures > 0)
 		return Min(outbox_batch_size, 2 * endpoint_cap(ep));
+	if (!target_takes_slot(ep->target))
+		return BROKER_PAGE_FACTOR * outbox_batch_size;
 	return outbox_batch_size;
 }
 
@@ -1199,167 +1209,6 @@ read_round(bool full)
 	}
 }
 
-static struct curl_slist *
-add_header(struct curl_slist *list, const char *line)
-{
-	struct curl_slist *next = curl_slist_append(list, line);
-
-	if (next == NULL)
-	{
-		curl_slist_free_all(list);
-		elog(ERROR, "out of memory building request headers");
-	}
-	return next;
-}
-
-/*
- * Step through an endpoint's "name: value\n" header lines: the next line's
- * name and value (without the ": " between them), false after the last.
- */
-static bool
-next_header_line(const char **lines, const char **name, size_t *name_len,
-				 const char **value, size_t *value_len)
-{
-	const char *l = *lines;
-	size_t		len = strcspn(l, "\n");
-
-	if (*l == '\0')
-		return false;
-	*lines = l[len] == '\n' ? l + len + 1 : l + len;
-	*name = l;
-	*name_len = strcspn(l, ":\n");
-	*value = l + Min(*name_len + 1, len);
-	while (*value < l + len && **value == ' ')
-		(*value)++;
-	*value_len = l + len - *value;
-	return true;
-}
-
-/*
- * Does the endpoint set the header of this "name: value" line itself?
- * Names compare case-insensitively, as HTTP's do.  An event's header of
- * such a name is not sent: an application that may only emit must not
- * override (or add a second) Authorization, say, of the endpoint's.
- */
-static bool
-endpoint_sets_header(const RelayEndpoint *ep, const char *line)
-{
-	size_t		len = strcspn(line, ":");
-	const char *lines = ep->headers;
-	const char *name;
-	const char *value;
-	size_t		name_len;
-	size_t		value_len;
-
-	while (next_header_line(&lines, &name, &name_len, &value, &value_len))
-		if (name_len == len && pg_strncasecmp(name, line, len) == 0)
-			return true;
-	return false;
-}
-
-/*
- * Shorter endpoint header values are not taken for secrets; within a value
- * of several words ("Bearer <token>"), words of REDACT_WORD_LEN or more are
- * taken for secrets of their own.
- */
-#define REDACT_MIN_LEN		4
-#define REDACT_WORD_LEN		8
-#define REDACTED			"[redacted]"
-
-/*
- * Replace every occurrence of value[0..len) in the kept response by
- * "[redacted]", and the start of one (REDACT_MIN_LEN bytes or more) where
- * the kept text was cut off (truncated).  The response's bytes were made
- * printable as they were kept (http_kept_char), so the value is compared
- * the same way.
- */
-static void
-redact(HttpRequest *req, const char *value, size_t len, bool truncated)
-{
-	char		out[OUTBOX_RESPONSE_KEEP + 1];
-	size_t		n = 0;
-	size_t		i = 0;
-	bool		changed = false;
-
-	while (i < req->response_len)
-	{
-		size_t		m = 0;
-
-		while (m < len && i + m < req->response_len &&
-			   req->response[i + m] == http_kept_char(value[m]))
-			m++;
-		if (m == len ||
-			(truncated && i + m == req->response_len && m >= REDACT_MIN_LEN))
-		{
-			size_t		r = Min(strlen(REDACTED), OUTBOX_RESPONSE_KEEP - n);
-
-			memcpy(out + n, REDACTED, r);
-			n += r;
-			i += m;
-			changed = true;
-		}
-		else if (n < OUTBOX_RESPONSE_KEEP)
-			out[n++] = req->response[i++];
-		else
-			i++;
-	}
-	if (changed)
-	{
-		memcpy(req->response, out, n);
-		req->response[n] = '\0';
-		req->response_len = n;
-	}
-}
-
-/*
- * Take the endpoint's header values (its Authorization, say) out of the
- * response kept for outbox.attempts: a receiver that echoes its request,
- * or only the token in it, would put them there.
- */
-static void
-redact_response(const RelayEndpoint *ep, HttpRequest *req)
-{
-	bool		truncated = req->response_cut;
-	const char *lines = ep->headers;
-	const char *name;
-	const char *value;
-	size_t		name_len;
-	size_t		value_len;
-	const char *secrets[4];
-	int			nsecrets;
-
-	if (req->response_len == 0)
-		return;
-	/* its client authentication's: a bearer token, OAuth2 tokens */
-	nsecrets = credentials_secrets(ep, secrets);
-	for (int i = 0; i < nsecrets; i++)
-		if (strlen(secrets[i]) >= REDACT_MIN_LEN)
-			redact(req, secrets[i], strlen(secrets[i]), truncated);
-	while (next_header_line(&lines, &name, &name_len, &value, &value_len))
-	{
-		const char *word = value;
-
-		if (value_len < REDACT_MIN_LEN)
-			continue;
-		redact(req, value, value_len, truncated);
-		if (memchr(value, ' ', value_len) == NULL)
-			continue;
-		/* the words of a value of several, each on its own */
-		while (word < value + value_len)
-		{
-			size_t		word_len = strcspn(word, " \n");
-
-			if (word + word_len > value + value_len)
-				word_len = value + value_len - word;
-			if (word_len >= REDACT_WORD_LEN)
-				redact(req, word, word_len, truncated);
-			word += word_len;
-			while (word < value + value_len && *word == ' ')
-				word++;
-		}
-	}
-}
-
 /*
  * Slots (DESIGN.md, The relay loop).  The relay keeps at most
  * outbox.max_concurrency requests in flight, fewer if its open files limit
@@ -1377,6 +1226,12 @@ redact_response(const RelayEndpoint *ep, HttpRequest *req)
  * was detached for lagging behind the stream has one, until its next 2xx
  * gives back the whole cap (endpoint_cap; bench case 12).
  *
+ * A target whose deliveries hold no socket of their own (a broker's
+ * messages share the producer's connections: target_takes_slot) takes no
+ * slot and no share: its endpoints are served first, each up to its cap,
+ * which is max_in_flight or twice its page (BROKER_PAGE_FACTOR), cut on
+ * failures the same way.
+ *
  * pump() only looks at endpoints in the ready list, never at all of them:
  * an endpoint goes in when it gets a batch, or when one of its requests
  * finishes while deliveries of it still wait (collect); it leaves once it
@@ -1390,7 +1245,7 @@ static int	busy_endpoints = 0;
 static void
 update_busy(RelayEndpoint *ep)
 {
-	bool		busy = ep->ready || ep->in_flight > 0;
+	bool		busy = target_takes_slot(ep->target) && (ep->ready || ep->in_flight > 0);
 
 	if (busy != ep->busy)
 	{
@@ -1410,7 +1265,9 @@ may_wait(const Batch *b)
 static int
 endpoint_cap(const RelayEndpoint *ep)
 {
-	int			cap = ep->max_in_flight > 0 ? ep->max_in_flight : outbox_endpoint_concurrency;
+	int			cap = ep->max_in_flight > 0 ? ep->max_in_flight :
+		target_takes_slot(ep->target) ? outbox_endpoint_concurrency :
+		2 * BROKER_PAGE_FACTOR * outbox_batch_size;
 
 	if (ep->lagged)
 		return 1;
@@ -1464,103 +1321,27 @@ relay_slots(void)
 }
 
 /*
- * Build the signed request of one delivery and hand it to libcurl: the
- * headers of its endpoint's format, the signature over the body as sent
- * (in every format), the endpoint's headers and its Authorization from
- * auth, then the event's, except those the endpoint or the format sets
- * itself; and its client certificate.  An OAuth2 endpoint has its token
- * (credentials_state).
+ * Hand one delivery to its endpoint's target (target.h), which sends it and
+ * gives back its result through collect().
  */
 static void
 submit(Delivery *d)
 {
 	RelayEndpoint *ep = d->batch->ep;
-	struct curl_slist *h = NULL;
-	int64		ts = (int64) time(NULL);
-	size_t		body_len = strlen(d->body);
-	char		sig[OUTBOX_SIGNATURE_LEN];
-	char		old_sig[OUTBOX_SIGNATURE_LEN];
-	char		line[256];
-	char	   *format_lines[OUTBOX_FORMAT_MAX_HEADERS];
-	int			n_format_lines;
-	EventParts	parts = {0};
-	ResourceOwner save = CurrentResourceOwner;
 
 	outbox_uuid_text(&d->event_id, d->event_id_str);
-
-	/* pg_hmac may register with a resource owner; we have no transaction. */
-	CurrentResourceOwner = relay_owner;
-	outbox_sign(ep->key, ep->keylen, d->event_id_str, strlen(d->event_id_str), ts,
-				d->body, body_len, sig);
-	if (ep->old_keylen > 0)
-		outbox_sign(ep->old_key, ep->old_keylen, d->event_id_str, strlen(d->event_id_str), ts,
-					d->body, body_len, old_sig);
-	CurrentResourceOwner = save;
-
-	parts.event_id = &d->event_id;
-	parts.type = d->type;
-	parts.emitted_at = d->emitted_at;
-	parts.key = d->key;
-	n_format_lines = outbox_format_headers(ep->format, &parts, format_lines);
-	for (int i = 0; i < n_format_lines; i++)
-		h = add_header(h, format_lines[i]);
-	for (int i = 1; i < n_format_lines; i++)
-		pfree(format_lines[i]);	/* (the first, Content-Type, is static) */
-	h = add_header(h, "Expect:");
-	snprintf(line, sizeof(line), "webhook-id: %s", d->event_id_str);
-	h = add_header(h, line);
-	snprintf(line, sizeof(line), "webhook-timestamp: " INT64_FORMAT, ts);
-	h = add_header(h, line);
-	if (ep->old_keylen > 0)
-		snprintf(line, sizeof(line), "webhook-signature: v1,%s v1,%s", sig, old_sig);
-	else
-		snprintf(line, sizeof(line), "webhook-signature: v1,%s", sig);
-	h = add_header(h, line);
-	if (ep->headers[0] != '\0')
-	{
-		char	   *copy = pstrdup(ep->headers);
-		char	   *save_ptr = NULL;
-
-		for (char *l = strtok_r(copy, "\n", &save_ptr); l; l = strtok_r(NULL, "\n", &save_ptr))
-			if (!outbox_format_sets_header(ep->format, l))
-				h = add_header(h, l);
-		pfree(copy);
-	}
-	d->req.client_cert = d->req.client_key = NULL;
-	if (ep->auth != NULL)
-	{
-		if (ep->auth->header != NULL)
-			h = add_header(h, ep->auth->header);
-		d->auth_generation = ep->auth->generation;
-		d->req.client_cert = ep->auth->cfg.client_cert;
-		d->req.client_key = ep->auth->cfg.client_key;
-	}
-	/*
-	 * The endpoint's own headers win over an event's of the same name (its
-	 * auth's Authorization too), and the format's (binary mode's ce-*
-	 * attributes) over both.
-	 */
-	for (int i = 0; i < d->n_event_headers; i++)
-		if (!endpoint_sets_header(ep, d->event_headers[i]) &&
-			!outbox_format_sets_header(ep->format, d->event_headers[i]) &&
-			!(credentials_set_authorization(ep) &&
-			  pg_strncasecmp(d->event_headers[i], "authorization:", 14) == 0))
-			h = add_header(h, d->event_headers[i]);
-
-	d->req.url = ep->url;
-	d->req.body = d->body;
-	d->req.body_len = body_len;
-	d->req.headers = h;
-	d->req.timeout_ms = ep->timeout_ms;
-	d->req.owner = d;
-	if (!senders_submit(&d->req, in_flight))
-		http_submit(&d->req);
+	memset(&d->result, 0, sizeof(d->result));
+	target_submit(d, ep->target, slots_taken);
 	ep->in_flight++;
 	in_flight++;
+	d->took_slot = target_takes_slot(ep->target);
+	if (d->took_slot)
+		slots_taken++;
 	d->batch->answered_at = GetCurrentTimestamp();	/* its clock starts */
 	update_busy(ep);
 	show_in_flight(ep);
 }
+
 
 /* Why pump_batch stopped. */
 typedef enum PumpStop
@@ -1625,7 +1406,8 @@ pump_batch(Batch *b, int limit, int slots)
 				fail_unsent(d, b->ep->auth->failure);
 				continue;
 		}
-		if (in_flight >= slots || b->ep->in_flight >= limit)
+		if ((slots_taken >= slots && target_takes_slot(b->ep->target)) ||
+			b->ep->in_flight >= limit)
 		{
 			if (all_settled)
 				b->next_submit = i;
@@ -1650,17 +1432,34 @@ pump_batch(Batch *b, int limit, int slots)
 }
 
 /*
+ * Submit an endpoint's waiting deliveries up to limit, due retries before
+ * new events.  It leaves the ready list (collect puts it back when one of
+ * its requests finishes), unless the slots ran out first: then it goes to
+ * the end of the list.
+ */
+static void
+pump_endpoint(RelayEndpoint *ep, int limit, int slots)
+{
+	PumpStop	due = pump_batch(ep->due, limit, slots);
+	PumpStop	page = due == PUMP_AT_LIMIT || due == PUMP_NO_TOKEN ? due :
+		pump_batch(ep->page, limit, slots);
+
+	/* (one waiting for its token is made ready by the token's answer) */
+	unready(ep);
+	if (page == PUMP_AT_LIMIT && ep->in_flight < limit)
+		make_ready(ep);			/* the slots ran out: it is served again */
+}
+
+/*
  * Submit what the slots allow, endpoint by endpoint in the order of the
- * ready list, each up to its limit; due retries before new events.  An
- * endpoint that got what it may leaves the list (collect puts it back when
- * one of its requests finishes); one cut short because the slots ran out
- * goes to the end of the list, and the others keep their place.
+ * ready list, each up to its limit; the others keep their place.
  */
 static void
 pump(void)
 {
 	int			slots = relay_slots();
 	dlist_iter	iter;
+	dlist_mutable_iter miter;
 
 	/* Batches read since the last pump are at the end of the active list. */
 	dlist_reverse_foreach(iter, &active)
@@ -1673,20 +1472,22 @@ pump(void)
 		make_ready(b->ep);
 	}
 
-	while (!dlist_is_empty(&ready) && in_flight < slots)
+	/* Endpoints whose deliveries take no slot: each up to its cap. */
+	dlist_foreach_modify(miter, &ready)
+	{
+		RelayEndpoint *ep = dlist_container(RelayEndpoint, ready_node, miter.cur);
+
+		if (!target_takes_slot(ep->target))
+			pump_endpoint(ep, endpoint_cap(ep), slots);
+	}
+
+	while (!dlist_is_empty(&ready) && slots_taken < slots)
 	{
 		RelayEndpoint *ep = dlist_head_element(RelayEndpoint, ready_node, &ready);
 		int			cap = endpoint_cap(ep);
 		int			share = (slots + busy_endpoints) / (busy_endpoints + 1);
-		int			limit = Min(cap, share);
-		PumpStop	due = pump_batch(ep->due, limit, slots);
-		PumpStop	page = due == PUMP_AT_LIMIT || due == PUMP_NO_TOKEN ? due :
-			pump_batch(ep->page, limit, slots);
 
-		/* (one waiting for its token is made ready by the token's answer) */
-		unready(ep);
-		if (page == PUMP_AT_LIMIT && ep->in_flight < limit)
-			make_ready(ep);		/* the slots ran out: it is served again */
+		pump_endpoint(ep, Min(cap, share), slots);
 	}
 }
 
@@ -1695,7 +1496,7 @@ pump(void)
  * endpoint; the attempt log has every failure.
  */
 static void
-warn_failure(RelayEndpoint *ep, HttpRequest *req)
+warn_failure(RelayEndpoint *ep, const TargetResult *res)
 {
 	TimestampTz now = GetCurrentTimestamp();
 
@@ -1703,37 +1504,38 @@ warn_failure(RelayEndpoint *ep, HttpRequest *req)
 	if (ep->last_warning != 0 &&
 		!TimestampDifferenceExceeds(ep->last_warning, now, WARNING_INTERVAL_MS))
 		return;
-	if (req->transport_error)
+	if (res->transport_error || res->rejected)
 		ereport(WARNING,
 				(errmsg("outbox deliveries to endpoint \"%s\" are failing", ep->name),
 				 errdetail("%d failed since the last report; the latest: %s.",
-						   ep->failures_unreported, req->error)));
+						   ep->failures_unreported, res->error)));
 	else
 		ereport(WARNING,
 				(errmsg("outbox deliveries to endpoint \"%s\" are failing", ep->name),
 				 errdetail("%d failed since the last report; the latest got HTTP status %ld.",
-						   ep->failures_unreported, req->status)));
+						   ep->failures_unreported, res->status)));
 	ep->last_warning = now;
 	ep->failures_unreported = 0;
 }
 
 /*
- * A delivery's request finished (or, for an authentication failure, was
- * never sent): its outcome, from the answer, and what it tells of its
+ * A delivery's attempt finished (or, for an authentication failure, was
+ * never made): its outcome, from the result, and what it tells of its
  * endpoint.  Its slot is the caller's to give back.
  */
 static void
-conclude(Delivery *d, HttpRequest *req)
+conclude(Delivery *d, const TargetResult *res)
 {
 	Batch	   *b = d->batch;
 	Outcome		o;
 	bool		retry_class;
 
-	o = policy_classify(req->status, req->transport_error,
-						req->delivery[0] ? req->delivery : NULL);
+	o = res->rejected ? OUTCOME_DEAD :
+		policy_classify(res->status, res->transport_error,
+						res->delivery[0] ? res->delivery : NULL);
 	d->next_at = 0;
-	if (policy_wants_disable(o, req->delivery[0] ? req->delivery : NULL))
-		b->disable_reason = req->status == 410 ? "410 Gone" :
+	if (policy_wants_disable(o, res->delivery[0] ? res->delivery : NULL))
+		b->disable_reason = res->status == 410 ? "410 Gone" :
 			"the receiver answered webhook-delivery: disable";
 	retry_class = o == OUTCOME_RETRY;
 	/*
@@ -1741,20 +1543,20 @@ conclude(Delivery *d, HttpRequest *req)
 	 * fetches another), and the event retried, not dead-lettered, unless
 	 * the receiver said abort-message.
 	 */
-	if (req->status == 401 && !req->transport_error && b->ep->auth != NULL &&
+	if (res->status == 401 && !res->transport_error && b->ep->auth != NULL &&
 		b->ep->auth->cfg.token_url != NULL)
 	{
 		credentials_refused(b->ep, d->auth_generation);
 		if (o == OUTCOME_DEAD &&
-			!(req->delivery[0] && pg_strcasecmp(req->delivery, "abort-message") == 0))
+			!(res->delivery[0] && pg_strcasecmp(res->delivery, "abort-message") == 0))
 			o = OUTCOME_RETRY;
 	}
 	if (o == OUTCOME_RETRY && d->attempt >= b->ep->max_attempts)
 		o = OUTCOME_DEAD;
 	if (o == OUTCOME_RETRY || o == OUTCOME_DISABLE)
 	{
-		double		wait = policy_backoff(&outbox_schedule, d->attempt, req->status,
-										  policy_retry_after(req->retry_after, (double) time(NULL)),
+		double		wait = policy_backoff(&outbox_schedule, d->attempt, res->status,
+										  policy_retry_after(res->retry_after, (double) time(NULL)),
 										  pg_prng_double(&pg_global_prng_state) * 2.0 - 1.0);
 
 		d->next_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), (int64) (wait * 1000.0));
@@ -1784,9 +1586,9 @@ conclude(Delivery *d, HttpRequest *req)
 	}
 	outbox_count(o == OUTCOME_DELIVERED ? RELAY_DELIVERIES : RELAY_FAILURES, 1);
 	outbox_count(RELAY_RETRIES, d->attempt > 1 ? 1 : 0);
-	outbox_count(RELAY_BYTES, req->body_len);
+	outbox_count(RELAY_BYTES, res->bytes);
 	if (o != OUTCOME_DELIVERED)
-		warn_failure(b->ep, req);
+		warn_failure(b->ep, res);
 }
 
 /*
@@ -1797,56 +1599,42 @@ conclude(Delivery *d, HttpRequest *req)
 static void
 fail_unsent(Delivery *d, const char *why)
 {
-	HttpRequest *req = &d->req;
+	TargetResult *res = &d->result;
 
-	req->status = 0;
-	req->transport_error = true;
-	req->duration_ms = 0;
-	req->body_len = 0;
-	req->response[0] = '\0';
-	req->response_len = 0;
-	req->delivery[0] = '\0';
-	req->retry_after[0] = '\0';
-	strlcpy(req->error, why, sizeof(req->error));
-	conclude(d, req);
+	memset(res, 0, sizeof(*res));
+	res->transport_error = true;
+	strlcpy(res->error, why, sizeof(res->error));
+	conclude(d, res);
 }
 
 /*
- * Turn finished requests, the relay's own and its senders', into outcomes;
- * a finished OAuth2 token request lets its endpoint's deliveries go (or
- * fail).
+ * Turn the results of finished deliveries, of every target, into outcomes;
+ * an endpoint whose OAuth2 token request finished may send (or fail) its
+ * deliveries.
  */
 static void
 collect(void)
 {
-	HttpRequest *req;
+	Delivery   *d;
+	RelayEndpoint *ep;
 
-	while ((req = http_next_done()) != NULL || (req = senders_next_done()) != NULL)
+	while ((d = target_next_done()) != NULL)
 	{
-		Delivery   *d;
-		Batch	   *b;
-		RelayEndpoint *ep;
+		Batch	   *b = d->batch;
 
-		if (req->token_request)
-		{
-			if ((ep = credentials_fetch_done(req, endpoints)) != NULL)
-				make_ready(ep);
-			continue;
-		}
-		d = (Delivery *) req->owner;
-		b = d->batch;
 		ep = b->ep;
-		redact_response(ep, req);
 		last_answer_at = b->answered_at = GetCurrentTimestamp();
 		if (b->stream != NULL)
 		{
 			b->stream->answered++;
-			if (req->duration_ms >= SLOW_ANSWER_MS)
+			if (d->result.duration_ms >= SLOW_ANSWER_MS)
 				b->stream->slow_answers++;
 		}
-		conclude(d, req);
+		conclude(d, &d->result);
 		ep->in_flight--;
 		in_flight--;
+		if (d->took_slot)
+			slots_taken--;
 		show_in_flight(ep);
 
 		/*
@@ -1861,6 +1649,8 @@ collect(void)
 			unready(ep);
 		update_busy(ep);
 	}
+	while ((ep = credentials_next_answered()) != NULL)
+		make_ready(ep);
 }
 
 /* What record_step records, and what each batch in it is. */
@@ -1910,11 +1700,11 @@ outcome_rows(const RecordRound *r, OutcomeRow **rows)
 			o->outcome = d->outcome;
 			o->next_at = d->next_at;
 			o->sent = !d->deferred && !d->already && !d->expired;
-			o->status = d->req.status;
-			o->error = d->req.error;
-			o->duration_ms = d->req.duration_ms;
-			o->response = d->req.response;
-			o->response_len = d->req.response_len;
+			o->status = d->result.status;
+			o->error = d->result.error;
+			o->duration_ms = d->result.duration_ms;
+			o->response = d->result.response;
+			o->response_len = d->result.response_len;
 			o->disable_reason = reason;
 			reason = NULL;
 		}
@@ -2441,12 +2231,12 @@ outbox_relay_main(Datum arg)
 	SetConfigOption("deadlock_timeout", "50ms", PGC_SUSET, PGC_S_OVERRIDE);
 
 	relay_cxt = AllocSetContextCreate(TopMemoryContext, "outbox relay", ALLOCSET_DEFAULT_SIZES);
-	relay_owner = ResourceOwnerCreate(NULL, "outbox relay");
 	memset(&ctl, 0, sizeof(ctl));
 	ctl.keysize = sizeof(int);
 	ctl.entrysize = sizeof(RelayEndpoint);
 	ctl.hcxt = relay_cxt;
 	endpoints = hash_create("outbox endpoints", 64, &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	credentials_start(endpoints);
 
 	/* The name, for messages (a catalog lookup needs a transaction). */
 	StartTransactionCommand();
@@ -2455,7 +2245,7 @@ outbox_relay_main(Datum arg)
 	/* (and for the CloudEvents source it stands for by default) */
 	outbox_format_set_database(dbname);
 
-	http_start(outbox_max_concurrency);
+	target_start();
 	rotate_round(true);
 	if (!extension_absent)
 		senders_start(dbname);
@@ -2488,7 +2278,7 @@ outbox_relay_main(Datum arg)
 		{
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
-			http_configure(outbox_max_concurrency);
+			target_configure();
 			ereport(LOG, (errmsg("outbox relay reloaded its configuration")));
 		}
 
@@ -2549,7 +2339,7 @@ outbox_relay_main(Datum arg)
 			(void) WaitLatch(MyLatch, WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 							 WAKE_COALESCE_MS, PG_WAIT_EXTENSION);
 
-		/* Sleep on the latch, libcurl's sockets and the poll timer at once. */
+		/* Sleep on the latch, the targets' sockets and the poll timer at once. */
 		until_poll = outbox_poll_interval -
 			TimestampDifferenceMilliseconds(last_read, GetCurrentTimestamp());
 		/* A page with parts in flight is looked at for laggards meanwhile. */
@@ -2557,7 +2347,7 @@ outbox_relay_main(Datum arg)
 			until_poll = Min(until_poll, LAGGARD_MIN_MS / 2);
 		step_start = GetCurrentTimestamp();
 		waiting_on_http = in_flight > 0;
-		if (http_wait(Max(until_poll, 0)))
+		if (target_wait(Max(until_poll, 0)))
 		{
 			read_now = true;
 			last_wake = GetCurrentTimestamp();

@@ -30,6 +30,7 @@
 #include "address.h"
 #include "guc.h"
 #include "http.h"
+#include "kafka.h"
 
 PG_FUNCTION_INFO_V1(outbox_check_url);
 
@@ -68,14 +69,25 @@ bad_url(const char *url, const char *what, const char *detail)
 }
 
 /*
- * outbox._check_url(text) returns text: the URL as libcurl normalizes it
- * (http_check_url).
+ * outbox._check_url(text) returns text: the endpoint URL normalized.  A
+ * kafka:// URL is one the Kafka target can use (kafka.c), its scheme in
+ * lower case; any other is a webhook's, as http_check_url() takes it.
  */
 Datum
 outbox_check_url(PG_FUNCTION_ARGS)
 {
 	char	   *url = text_to_cstring(PG_GETARG_TEXT_PP(0));
 
+	/* Brokers: the Kafka target reads its own URLs (kafka.c). */
+	if (pg_strncasecmp(url, "kafka://", 8) == 0)
+	{
+		KafkaUrl	parsed;
+		const char *problem = NULL;
+
+		if (!kafka_parse_url(url, &parsed, &problem))
+			bad_url(url, "endpoint URL", problem);
+		PG_RETURN_TEXT_P(cstring_to_text(psprintf("kafka://%s", url + 8)));
+	}
 	PG_RETURN_TEXT_P(cstring_to_text(http_check_url(url, "endpoint URL")));
 }
 
@@ -127,7 +139,7 @@ http_check_url(const char *url, const char *what)
 	}
 	else if (curl_url_get(h, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
 			 (strcmp(scheme, "http") != 0 && strcmp(scheme, "https") != 0))
-		problem = "Only http and https URLs are accepted.";
+		problem = "Only http, https and kafka URLs are accepted.";
 	else if (curl_url_get(h, CURLUPART_HOST, &host, 0) != CURLUE_OK || host[0] == '\0')
 		problem = "The URL has no host.";
 	else if (curl_url_get(h, CURLUPART_PORT, &port, 0) == CURLUE_OK && strcmp(port, "0") == 0)
@@ -200,6 +212,21 @@ static dlist_head in_flight = DLIST_STATIC_INIT(in_flight);
  */
 static WaitEventSet *wait_set = NULL;
 
+/* Other targets' sockets the wait watches for reading (http_wait_also). */
+#define WAIT_ALSO_MAX	4
+static pgsocket also_watched[WAIT_ALSO_MAX];
+static int	n_also_watched = 0;
+
+/* Is fd one of those? */
+static bool
+is_also_watched(pgsocket fd)
+{
+	for (int i = 0; i < n_also_watched; i++)
+		if (also_watched[i] == fd)
+			return true;
+	return false;
+}
+
 static HttpPool *
 pool_by_generation(uint32 generation)
 {
@@ -263,10 +290,12 @@ build_wait_set(void)
 	curl_epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (curl_epfd < 0)
 		elog(ERROR, "epoll_create1 failed: %m");
-	wait_set = CreateWaitEventSet(TopMemoryContext, 3);
+	wait_set = CreateWaitEventSet(TopMemoryContext, 3 + n_also_watched);
 	AddWaitEventToSet(wait_set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
 	AddWaitEventToSet(wait_set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
 	AddWaitEventToSet(wait_set, WL_SOCKET_READABLE, curl_epfd, NULL, NULL);
+	for (int i = 0; i < n_also_watched; i++)
+		AddWaitEventToSet(wait_set, WL_SOCKET_READABLE, also_watched[i], NULL, NULL);
 }
 
 /* Hand libcurl the ready sockets of our epoll set, each to its pool. */
@@ -357,9 +386,11 @@ build_wait_set(void)
 		return;
 	if (wait_set != NULL)
 		FreeWaitEventSet(wait_set);
-	wait_set = CreateWaitEventSet(TopMemoryContext, n_watched + 2);
+	wait_set = CreateWaitEventSet(TopMemoryContext, n_watched + 2 + n_also_watched);
 	AddWaitEventToSet(wait_set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
 	AddWaitEventToSet(wait_set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
+	for (int i = 0; i < n_also_watched; i++)
+		AddWaitEventToSet(wait_set, WL_SOCKET_READABLE, also_watched[i], NULL, NULL);
 	for (int i = 0; i < n_watched; i++)
 	{
 		uint32		events = 0;
@@ -1019,6 +1050,8 @@ http_wait(long timeout_ms)
 			latch = true;
 			continue;
 		}
+		if (is_also_watched(events[i].fd))
+			continue;			/* its target reads it (target_wait) */
 #ifdef HAVE_SYS_EPOLL_H
 		if (events[i].events & WL_SOCKET_READABLE)
 			act_on_sockets();
@@ -1039,6 +1072,21 @@ http_wait(long timeout_ms)
 	}
 	act_on_timers();
 	return latch;
+}
+
+/*
+ * Have http_wait() also wake when sock is readable: another target's
+ * socket, or the pipe a client library's threads write to (target.h).
+ * Called before the first wait, at most WAIT_ALSO_MAX times; the caller
+ * reads the socket.
+ */
+void
+http_wait_also(pgsocket sock)
+{
+	Assert(wait_set == NULL);
+	if (n_also_watched >= WAIT_ALSO_MAX)
+		elog(ERROR, "too many sockets for the relay's wait");
+	also_watched[n_also_watched++] = sock;
 }
 
 /*

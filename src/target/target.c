@@ -1,0 +1,104 @@
+/*-------------------------------------------------------------------------
+ *
+ * target.c
+ *	  The delivery targets behind one interface (target.h): which target an
+ *	  endpoint's URL names, and the relay's calls spread over all of them.
+ *
+ * The relay sleeps in one wait: http_wait() sleeps on the latch and on
+ * libcurl's sockets, and on the pipe the Kafka target's queues write to
+ * (http_wait_also); after it, every target reads what arrived.  Runs
+ * in the relay, with no transaction open.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "delivery.h"
+#include "guc.h"
+#include "http.h"
+#include "kafka.h"
+#include "target.h"
+
+static const TargetOps *const targets[TARGET_KINDS] = {
+	[TARGET_WEBHOOK] = &outbox_webhook_target,
+	[TARGET_KAFKA] = &outbox_kafka_target,
+};
+
+/* The target of an endpoint URL (_check_url accepted it). */
+TargetKind
+target_of_url(const char *url)
+{
+	if (pg_strncasecmp(url, "kafka://", 8) == 0)
+		return TARGET_KAFKA;
+	return TARGET_WEBHOOK;
+}
+
+/* Does a delivery in flight to a target of this kind hold a relay slot? */
+bool
+target_takes_slot(TargetKind kind)
+{
+	return targets[kind]->takes_slot;
+}
+
+/*
+ * At the relay's start: the HTTP client, sized by outbox.max_concurrency,
+ * and the Kafka target's wake-up pipe, watched from the first wait on.
+ */
+void
+target_start(void)
+{
+	http_start(outbox_max_concurrency);
+	kafka_start();
+}
+
+/* After a configuration reload. */
+void
+target_configure(void)
+{
+	http_configure(outbox_max_concurrency);
+	kafka_configure();
+}
+
+/* Hand a delivery to its target; its result comes from target_next_done. */
+void
+target_submit(Delivery *d, TargetKind kind, int relay_in_flight)
+{
+	targets[kind]->submit(d, relay_in_flight);
+}
+
+/* A delivery whose attempt finished, of any target, or NULL. */
+Delivery *
+target_next_done(void)
+{
+	for (int i = 0; i < TARGET_KINDS; i++)
+	{
+		Delivery   *d = targets[i]->next_done();
+
+		if (d != NULL)
+			return d;
+	}
+	return NULL;
+}
+
+/*
+ * Sleep until the latch is set, a target's socket is ready, or timeout_ms
+ * passed; then let every target take what arrived.  True when the latch
+ * was set (the caller resets it).
+ */
+bool
+target_wait(long timeout_ms)
+{
+	bool		latch = http_wait(timeout_ms);
+
+	for (int i = 0; i < TARGET_KINDS; i++)
+		targets[i]->poll();
+	return latch;
+}
+
+/* At exit: nothing in flight is waited for. */
+void
+target_abandon_all(void)
+{
+	for (int i = 0; i < TARGET_KINDS; i++)
+		targets[i]->abandon_all();
+}

@@ -26,6 +26,7 @@ OBJS = \
 	src/relay/store.o \
 	src/relay/launcher.o \
 	src/relay/route.o \
+	src/relay/limit.o \
 	src/relay/relay.o \
 	src/relay/sender.o
 DATA = $(wildcard outbox--*.sql)

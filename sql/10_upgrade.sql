@@ -180,14 +180,14 @@ SELECT outbox.mark_processed('billing', 'msg-1') AS again, outbox.mark_processed
 SELECT has_table_privilege('outbox_upgrade_monitor', 'outbox.attempts', 'SELECT') AS attempts,
        has_table_privilege('outbox_upgrade_monitor', 'outbox.endpoint_status', 'SELECT') AS endpoint_status,
        has_function_privilege('outbox_upgrade_admin',
-                              'outbox.create_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text)',
+                              'outbox.create_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text, numeric)',
                               'EXECUTE') AS create_endpoint;
 
 -- An updated 1.0 is a fresh install: the same objects, definitions and
 -- dumped tables.  (The grants given above are taken back first.)
 REVOKE SELECT ON outbox.attempts, outbox.endpoint_status FROM outbox_upgrade_monitor;
 REVOKE USAGE ON SCHEMA outbox FROM outbox_upgrade_monitor;
-REVOKE EXECUTE ON FUNCTION outbox.create_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text)
+REVOKE EXECUTE ON FUNCTION outbox.create_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text, numeric)
     FROM outbox_upgrade_admin;
 SELECT * FROM pg_temp.outbox_differences(:'fresh');
 
@@ -259,16 +259,16 @@ SELECT name, format, max_in_flight FROM outbox.endpoint_status;
 SELECT r.event_type, r.key, r.data, r.emitted_at = e.created_at AS emit_time
   FROM outbox._read_page(1, 10, false, 1048576) r JOIN outbox.events e USING (id);
 SELECT has_function_privilege('outbox_upgrade_admin',
-           'outbox.create_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text)',
+           'outbox.create_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text, numeric)',
            'EXECUTE') AS create_granted,
        has_function_privilege('outbox_upgrade_admin',
-           'outbox.alter_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text)',
+           'outbox.alter_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text, numeric)',
            'EXECUTE') AS alter_granted;
 SELECT outbox.alter_endpoint('up', format => 'cloudevents');
 SELECT format FROM outbox.endpoints;
 
-REVOKE EXECUTE ON FUNCTION outbox.create_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text),
-                           outbox.alter_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text)
+REVOKE EXECUTE ON FUNCTION outbox.create_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text, numeric),
+                           outbox.alter_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text, numeric)
     FROM outbox_upgrade_admin;
 REVOKE USAGE ON SCHEMA outbox FROM outbox_upgrade_admin;
 SELECT * FROM pg_temp.outbox_differences(:'fresh');
@@ -278,7 +278,9 @@ DROP DATABASE outbox_upgrade_13;
 DROP ROLE outbox_upgrade_admin;
 
 -- The same from 1.4: an endpoint, an event and grants made under 1.4 carry
--- over to 1.5.
+-- over to 1.5.  1.5 makes create_endpoint, alter_endpoint and
+-- endpoint_status again for rate limits: the endpoint has no limit, and
+-- the grants on them carry over.
 CREATE DATABASE outbox_upgrade_14;
 \c outbox_upgrade_14
 :fingerprint_functions;
@@ -287,20 +289,36 @@ CREATE EXTENSION outbox VERSION '1.4';
 CREATE ROLE outbox_upgrade_app;
 GRANT USAGE ON SCHEMA outbox TO outbox_upgrade_app;
 GRANT EXECUTE ON FUNCTION outbox.emit(text, jsonb, text, jsonb, timestamptz, text) TO outbox_upgrade_app;
+GRANT EXECUTE ON FUNCTION outbox.create_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text),
+                          outbox.alter_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text)
+   TO outbox_upgrade_app;
+GRANT SELECT ON outbox.endpoint_status TO outbox_upgrade_app WITH GRANT OPTION;
 SELECT outbox.create_endpoint('up', 'https://example.com/hook', format => 'cloudevents') IS NOT NULL AS created;
 SELECT outbox.emit('order.created', '{"n": 1}', key => 'k1') IS NOT NULL AS emitted;
 
 ALTER EXTENSION outbox UPDATE;
 SELECT extversion FROM pg_extension WHERE extname = 'outbox';
 
-SELECT name, format FROM outbox.endpoint_status;
+SELECT name, format, rate_limit, rate_limited FROM outbox.endpoint_status;
 SELECT r.event_type, r.key, r.data
   FROM outbox._read_page(1, 10, false, 1048576) r;
 SELECT has_function_privilege('outbox_upgrade_app', p.oid, 'EXECUTE') AS emit_granted
   FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
  WHERE n.nspname = 'outbox' AND p.proname = 'emit';
+SELECT has_function_privilege('outbox_upgrade_app',
+           'outbox.create_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text, numeric)',
+           'EXECUTE') AS create_granted,
+       has_function_privilege('outbox_upgrade_app',
+           'outbox.alter_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text, numeric)',
+           'EXECUTE') AS alter_granted,
+       has_table_privilege('outbox_upgrade_app', 'outbox.endpoint_status', 'SELECT WITH GRANT OPTION')
+           AS status_granted;
+-- The new argument works on the endpoint made under 1.4.
+SELECT outbox.alter_endpoint('up', rate_limit => 10);
+SELECT name, rate_limit FROM outbox.endpoint_status;
 
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA outbox FROM outbox_upgrade_app;
+REVOKE ALL ON outbox.endpoint_status FROM outbox_upgrade_app;
 REVOKE USAGE ON SCHEMA outbox FROM outbox_upgrade_app;
 SELECT * FROM pg_temp.outbox_differences(:'fresh');
 

@@ -48,6 +48,7 @@
 
 #include "delivery.h"
 #include "guc.h"
+#include "limit.h"
 #include "policy.h"
 #include "route.h"
 #include "sender.h"
@@ -413,6 +414,7 @@ load_endpoints(void)
 	RelayEndpoint *ep;
 	EndpointRow *rows;
 	int			n = store_load_endpoints(&rows, relay_cxt);
+	TimestampTz now = GetCurrentTimestamp();
 
 	hash_seq_init(&seq, endpoints);
 	while ((ep = hash_seq_search(&seq)) != NULL)
@@ -468,6 +470,7 @@ load_endpoints(void)
 		memcpy(ep->old_key, row->old_key, row->old_keylen);
 		ep->old_keylen = row->old_keylen;
 		ep->max_in_flight = row->max_in_flight;
+		limit_set_rate(ep, row->rate_limit, now);
 		if (row->format_ok)
 			ep->format = row->format;
 		else
@@ -501,13 +504,15 @@ static void detach(RelayEndpoint *ep);
 /*
  * After a load of the endpoints: rebuild the routes, and who reads on its
  * own.  An endpoint that follows the stream but may not receive now (paused,
- * disabled, gone) stops following it.
+ * disabled, gone), or may not follow it (a rate limit: limit_may_follow),
+ * stops following it.
  */
 static void
 endpoints_loaded(void)
 {
 	HASH_SEQ_STATUS seq;
 	RelayEndpoint *ep;
+	TimestampTz now = GetCurrentTimestamp();
 
 	MemoryContext old = MemoryContextSwitchTo(relay_cxt);
 
@@ -518,7 +523,7 @@ endpoints_loaded(void)
 	hash_seq_init(&seq, endpoints);
 	while ((ep = hash_seq_search(&seq)) != NULL)
 	{
-		if (ep->follows && !ep->active && ep->seen)
+		if (ep->follows && ep->seen && (!ep->active || !limit_may_follow(ep, now)))
 			detach(ep);
 		if (ep->follows && ep->active)
 			followers++;
@@ -644,11 +649,13 @@ route_page(StreamPage *p)
 			if (!ep->follows)
 				continue;
 			/*
-			 * One that may not receive now, fails without pause, or still has
+			 * One that may not receive now, fails without pause, still has
 			 * a page of its own in flight (its row was made to follow by a
-			 * rebase) reads on its own from where the stream is.
+			 * rebase), or may not follow (limit_may_follow) reads on its own
+			 * from where the stream is.
 			 */
-			if (!ep->active || ep->consecutive_failures >= CIRCUIT_FAILURES || ep->page != NULL)
+			if (!ep->active || ep->consecutive_failures >= CIRCUIT_FAILURES || ep->page != NULL ||
+				!limit_may_follow(ep, now))
 			{
 				detach(ep);
 				continue;
@@ -821,13 +828,15 @@ read_stream(void)
 	MemoryContext cxt;
 	EventRows	rows;
 	StreamPage *p;
+	TimestampTz now = GetCurrentTimestamp();
 
 	foreach(lc, own_readers)
 	{
 		RelayEndpoint *ep = (RelayEndpoint *) lfirst(lc);
 
 		if (ep->active && !ep->follows && !ep->detach && ep->page == NULL &&
-			ep->consecutive_failures < CIRCUIT_FAILURES && !failing(ep))
+			ep->consecutive_failures < CIRCUIT_FAILURES && !failing(ep) &&
+			limit_may_follow(ep, now))
 			candidates = lappend(candidates, ep);
 	}
 	if (candidates != NIL)
@@ -891,7 +900,8 @@ read_stream(void)
  * walks the ids until it has its events, and an endpoint whose types are
  * rare walks far for a full page it could not send for minutes (bench
  * case 12: 100 endpoints that never answer, a 20 ms walk each when their
- * first timeouts came, the others' deliveries stalled meanwhile).
+ * first timeouts came, the others' deliveries stalled meanwhile).  One
+ * with a rate limit reads what it may send in a few seconds.
  */
 static int
 own_page_size(const RelayEndpoint *ep)
@@ -899,8 +909,8 @@ own_page_size(const RelayEndpoint *ep)
 	if (ep->consecutive_failures >= CIRCUIT_FAILURES)
 		return 1;
 	if (ep->lagged || ep->retry_failures > 0)
-		return Min(outbox_batch_size, 2 * endpoint_cap(ep));
-	return outbox_batch_size;
+		return limit_page_size(ep, Min(outbox_batch_size, 2 * endpoint_cap(ep)));
+	return limit_page_size(ep, outbox_batch_size);
 }
 
 /*
@@ -1374,11 +1384,14 @@ endpoint_cap(const RelayEndpoint *ep)
 	return Max(1, cap >> Min(ep->retry_failures, 16));
 }
 
-/* Put an endpoint at the end of the ready list if deliveries may wait. */
+/*
+ * Put an endpoint at the end of the ready list if deliveries may wait,
+ * unless its rate limit holds it (limit.c: it comes back by itself).
+ */
 static void
 make_ready(RelayEndpoint *ep)
 {
-	if (ep->ready || !(may_wait(ep->page) || may_wait(ep->due)))
+	if (ep->ready || ep->held || !(may_wait(ep->page) || may_wait(ep->due)))
 		return;
 	ep->ready = true;
 	dlist_push_tail(&ready, &ep->ready_node);
@@ -1395,11 +1408,14 @@ unready(RelayEndpoint *ep)
 	update_busy(ep);
 }
 
-/* Tell backends how many requests of an endpoint are in flight now. */
+/*
+ * Tell backends how many requests of an endpoint are in flight now, and
+ * whether its rate limit holds it.
+ */
 static void
 show_in_flight(RelayEndpoint *ep)
 {
-	ep->shown_at = outbox_show_in_flight(ep->shown_at, ep->id, ep->in_flight);
+	ep->shown_at = outbox_show_in_flight(ep->shown_at, ep->id, ep->in_flight, ep->held);
 }
 
 /*
@@ -1505,23 +1521,40 @@ submit(Delivery *d)
 	show_in_flight(ep);
 }
 
+/*
+ * Hold an endpoint that its rate limit or a pause stops (limit.c), out of
+ * the ready list.  One that follows the stream stops following it (it
+ * cannot be one with a limit: limit_may_follow): its part would hold the
+ * stream's page, and everyone after it, while it waits.
+ */
+static void
+hold(RelayEndpoint *ep, TimestampTz now)
+{
+	limit_hold(ep, now);
+	show_in_flight(ep);
+	if (ep->follows)
+		detach(ep);
+}
+
 /* Why pump_batch stopped. */
 typedef enum PumpStop
 {
 	PUMP_SENT_ALL,				/* nothing of the batch waits any more */
 	PUMP_BEHIND_KEY,			/* what waits, waits behind its key */
-	PUMP_AT_LIMIT				/* the endpoint's limit or the relay's slots */
+	PUMP_AT_LIMIT,				/* the endpoint's limit or the relay's slots */
+	PUMP_HELD					/* its rate limit, or a pause (limit.c) */
 } PumpStop;
 
 /*
  * Submit a batch's waiting deliveries, in order, while its endpoint is
- * under limit and the relay under slots.  On an ordered endpoint a
+ * under limit, its rate limit has a token for each and the relay has
+ * slots.  On an ordered endpoint a
  * delivery waits for the previous one of its key in the batch: sent once
  * that one was delivered or dead-lettered, deferred behind it when that
  * one is to be retried.
  */
 static PumpStop
-pump_batch(Batch *b, int limit, int slots)
+pump_batch(Batch *b, int limit, int slots, TimestampTz now)
 {
 	bool		all_settled = true;
 	bool		behind_key = false;
@@ -1558,6 +1591,12 @@ pump_batch(Batch *b, int limit, int slots)
 				b->next_submit = i;
 			return PUMP_AT_LIMIT;
 		}
+		if (!limit_take(b->ep, now))
+		{
+			if (all_settled)
+				b->next_submit = i;
+			return PUMP_HELD;
+		}
 		old = MemoryContextSwitchTo(b->cxt);
 		submit(d);
 		MemoryContextSwitchTo(old);
@@ -1575,13 +1614,23 @@ pump_batch(Batch *b, int limit, int slots)
  * ready list, each up to its limit; due retries before new events.  An
  * endpoint that got what it may leaves the list (collect puts it back when
  * one of its requests finishes); one cut short because the slots ran out
- * goes to the end of the list, and the others keep their place.
+ * goes to the end of the list, and the others keep their place.  One that
+ * its rate limit or a pause stops is held (limit.c) until it may send
+ * again, then comes back first thing here.
  */
 static void
 pump(void)
 {
 	int			slots = relay_slots();
 	dlist_iter	iter;
+	TimestampTz now = GetCurrentTimestamp();
+	RelayEndpoint *released;
+
+	while ((released = limit_next_released(now)) != NULL)
+	{
+		make_ready(released);
+		show_in_flight(released);
+	}
 
 	/* Batches read since the last pump are at the end of the active list. */
 	dlist_reverse_foreach(iter, &active)
@@ -1600,12 +1649,14 @@ pump(void)
 		int			cap = endpoint_cap(ep);
 		int			share = (slots + busy_endpoints) / (busy_endpoints + 1);
 		int			limit = Min(cap, share);
-		PumpStop	due = pump_batch(ep->due, limit, slots);
-		PumpStop	page = due == PUMP_AT_LIMIT ? PUMP_AT_LIMIT :
-			pump_batch(ep->page, limit, slots);
+		PumpStop	due = pump_batch(ep->due, limit, slots, now);
+		PumpStop	page = (due == PUMP_AT_LIMIT || due == PUMP_HELD) ? due :
+			pump_batch(ep->page, limit, slots, now);
 
 		unready(ep);
-		if (page == PUMP_AT_LIMIT && ep->in_flight < limit)
+		if (page == PUMP_HELD)
+			hold(ep, now);
+		else if (page == PUMP_AT_LIMIT && ep->in_flight < limit)
 			make_ready(ep);		/* the slots ran out: it is served again */
 	}
 }
@@ -1649,6 +1700,7 @@ collect(void)
 		Batch	   *b = d->batch;
 		Outcome		o;
 		bool		retry_class;
+		double		retry_after;
 
 		redact_response(b->ep, req);
 		last_answer_at = b->answered_at = GetCurrentTimestamp();
@@ -1667,13 +1719,25 @@ collect(void)
 		retry_class = o == OUTCOME_RETRY;
 		if (o == OUTCOME_RETRY && d->attempt >= b->ep->max_attempts)
 			o = OUTCOME_DEAD;
+		retry_after = req->transport_error ? 0 :
+			policy_retry_after(req->retry_after, (double) time(NULL));
 		if (o == OUTCOME_RETRY || o == OUTCOME_DISABLE)
 		{
 			double		wait = policy_backoff(&outbox_schedule, d->attempt, req->status,
-											  policy_retry_after(req->retry_after, (double) time(NULL)),
+											  retry_after,
 											  pg_prng_double(&pg_global_prng_state) * 2.0 - 1.0);
 
 			d->next_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), (int64) (wait * 1000.0));
+		}
+		/*
+		 * A 429 or 503 with Retry-After pauses the whole endpoint until
+		 * then, not only this event (limit.c); one that follows the stream
+		 * reads on its own meanwhile.
+		 */
+		if ((req->status == 429 || req->status == 503) && retry_after > 0)
+		{
+			limit_pause(b->ep, retry_after, GetCurrentTimestamp());
+			detach(b->ep);
 		}
 		settle(d, policy_outcome_name(o));
 		if (o == OUTCOME_DELIVERED)
@@ -2327,6 +2391,7 @@ outbox_relay_main(Datum arg)
 	{
 		TimestampTz now;
 		long		until_poll;
+		long		until_release;
 
 		/* Scratch memory of one iteration; batches have their own. */
 		MemoryContextReset(loop_cxt);
@@ -2409,6 +2474,10 @@ outbox_relay_main(Datum arg)
 		/* A page with parts in flight is looked at for laggards meanwhile. */
 		if (stream_page != NULL && stream_page->parts > 0 && followers > 1)
 			until_poll = Min(until_poll, LAGGARD_MIN_MS / 2);
+		/* An endpoint held by its rate limit is let go in time. */
+		until_release = limit_ms_to_release(GetCurrentTimestamp());
+		if (until_release >= 0)
+			until_poll = Min(until_poll, until_release);
 		step_start = GetCurrentTimestamp();
 		waiting_on_http = in_flight > 0;
 		if (http_wait(Max(until_poll, 0)))

@@ -151,7 +151,8 @@ store_load_endpoints(EndpointRow **rows, MemoryContext cxt)
 				c_types,
 				c_follows,
 				c_max_in_flight,
-				c_format;
+				c_format,
+				c_rate_limit;
 
 	if (endpoints_plan == NULL)
 		endpoints_plan = outbox_prepare_kept("SELECT * FROM outbox._relay_endpoints()", 0, NULL);
@@ -175,6 +176,7 @@ store_load_endpoints(EndpointRow **rows, MemoryContext cxt)
 	c_follows = SPI_fnumber(desc, "follows");
 	c_max_in_flight = SPI_fnumber(desc, "max_in_flight");
 	c_format = SPI_fnumber(desc, "format");
+	c_rate_limit = SPI_fnumber(desc, "rate_limit");
 
 	n = (int) SPI_processed;
 	*rows = palloc0(sizeof(EndpointRow) * Max(n, 1));
@@ -217,6 +219,9 @@ store_load_endpoints(EndpointRow **rows, MemoryContext cxt)
 		if (isnull)
 			row->max_in_flight = 0;
 		row->format_ok = outbox_format_from_name(col_text(tup, desc, c_format), &row->format);
+		row->rate_limit = DatumGetFloat8(col_datum(tup, desc, c_rate_limit, &isnull));
+		if (isnull)
+			row->rate_limit = 0;
 	}
 	return n;
 }

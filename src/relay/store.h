@@ -47,6 +47,7 @@ typedef struct EndpointRow
 	int			max_in_flight;	/* 0: NULL, outbox.endpoint_concurrency */
 	bool		format_ok;		/* its format is known: format is set */
 	OutboxFormat format;
+	double		rate_limit;		/* requests a second; 0: NULL, none */
 } EndpointRow;
 
 /*

@@ -24,12 +24,15 @@
 #
 # It installs the extension into the system's PostgreSQL, as the test suite
 # does, so it holds /tmp/outbox-test.lock (as scripts/test.sh does) while it
-# runs.
+# runs.  With BENCH_DESTDIR set it installs there instead (make DESTDIR=),
+# without the lock, and runs the PostgreSQL of PGBIN: a private relocatable
+# copy, e.g. BENCH_DESTDIR=/tmp/pgs PGBIN=/tmp/pgs/usr/lib/postgresql/15/bin.
 set -euo pipefail
 
 BENCH=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(dirname "$BENCH")
-PGBIN=/usr/lib/postgresql/15/bin
+PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
+BENCH_DESTDIR=${BENCH_DESTDIR:-}
 PY=/usr/bin/python3                 # Debian's, which has psycopg2
 
 EMIT_SECONDS=${EMIT_SECONDS:-4}             # case 1: each pgbench run
@@ -64,8 +67,12 @@ SLOW_EVENTS=${SLOW_EVENTS:-$((10000 * (SLOW_WARMUP + SLOW_SECONDS)))}  # twice t
 HANGING_ENDPOINTS=${HANGING_ENDPOINTS:-100} # case 12: of MANY_ENDPOINTS, never answering
 HANG_TIMEOUT=${HANG_TIMEOUT:-5 seconds}     # case 12: their timeout
 TLS_ROUNDS=${TLS_ROUNDS:-3}                 # case 13: rounds of http and https
-MANY_TIMEOUT=${MANY_TIMEOUT:-120}           # cases 8 to 13: longest wait for one delivery run
-BENCH_CASES=${BENCH_CASES:-1 2 3 4 5 6 7 perf 8 9 10 11 12 13}
+MANY_TIMEOUT=${MANY_TIMEOUT:-120}           # cases 8 to 14: longest wait for one delivery run
+LIMIT_RATE=${LIMIT_RATE:-500}               # case 14: the limited endpoint's rate_limit
+LIMIT_SECONDS=${LIMIT_SECONDS:-20}          # case 14: its backlog, in seconds at that rate
+LIMIT_HIGH=${LIMIT_HIGH:-1000000}           # case 14: a limit far above what one endpoint gets
+LIMIT_ROUNDS=${LIMIT_ROUNDS:-3}             # case 14: rounds without and with LIMIT_HIGH
+BENCH_CASES=${BENCH_CASES:-1 2 3 4 5 6 7 perf 8 9 10 11 12 13 14}
 
 export LC_ALL=C.UTF-8
 unset PGHOSTADDR PGDATABASE PGSERVICE PGOPTIONS PGPASSWORD
@@ -77,7 +84,7 @@ die() { log "run.sh: $*" >&2; exit 1; }
 
 # One installer of the extension at a time: this, or scripts/test.sh.
 exec 9>/tmp/outbox-test.lock
-if ! flock -n 9; then
+if [ -z "$BENCH_DESTDIR" ] && ! flock -n 9; then
 	log "waiting for /tmp/outbox-test.lock (a test or bench run is installing outbox)"
 	flock 9
 fi
@@ -132,11 +139,18 @@ install_packages()
 
 build_extension()
 {
+	local pg_config=$PGBIN/pg_config
+
 	log "building and installing outbox from $ROOT"
 	mkdir "$WORK/build"
 	(cd "$ROOT" && git ls-files -z -co --exclude-standard -- Makefile outbox.control 'outbox--*.sql' src |
 		tar --null -T - -cf -) | tar -xf - -C "$WORK/build"
-	if ! make -C "$WORK/build" PG_CONFIG="$PGBIN/pg_config" -j2 install >"$WORK/build.log" 2>&1; then
+	# (into a private copy: the system's paths, under DESTDIR)
+	if [ -n "$BENCH_DESTDIR" ]; then
+		pg_config=/usr/lib/postgresql/15/bin/pg_config
+	fi
+	if ! make -C "$WORK/build" PG_CONFIG="$pg_config" ${BENCH_DESTDIR:+DESTDIR="$BENCH_DESTDIR"} \
+		-j2 install >"$WORK/build.log" 2>&1; then
 		cat "$WORK/build.log"
 		die "build failed"
 	fi
@@ -952,6 +966,43 @@ case_tls()
 	done
 }
 
+# Case 14: rate limits (issue 14).  One endpoint limited to LIMIT_RATE
+# requests a second, with LIMIT_SECONDS worth of events waiting: the rate it
+# gets against its limit.  Then case 8's endpoint without a limit and with
+# one far above what it gets (LIMIT_HIGH), rounds in turn (the medians
+# count): what keeping the limit costs.
+case_rate_limit()
+{
+	local round mode n=$((LIMIT_RATE * LIMIT_SECONDS))
+
+	use_default_settings
+	log "case 14: one endpoint with rate_limit $LIMIT_RATE, $n events waiting"
+	fresh_outbox
+	new_endpoint limited "http://127.0.0.1:$NGINX_PORT/limited"
+	sql "SELECT outbox.alter_endpoint('limited', rate_limit => $LIMIT_RATE)" >/dev/null
+	emit_backlog "$n"
+	deliver limited limited limited "$n" "$MANY_TIMEOUT"
+	check_delivered limited "$n"
+	result limited.limit "$LIMIT_RATE"
+	log "  one endpoint, $MANY_EVENTS events, without a limit and with rate_limit $LIMIT_HIGH;" \
+		"$LIMIT_ROUNDS rounds in turn (the medians count)"
+	for round in $(seq "$LIMIT_ROUNDS"); do
+		for mode in off on; do
+			fresh_outbox
+			new_endpoint "limit_$mode$round" "http://127.0.0.1:$NGINX_PORT/one"
+			if [ "$mode" = on ]; then
+				sql "SELECT outbox.alter_endpoint('limit_on$round', rate_limit => $LIMIT_HIGH)" >/dev/null
+			fi
+			emit_backlog "$MANY_EVENTS"
+			deliver "limit_${mode}_$round" "limit_$mode$round" "limit_$mode$round" "$MANY_EVENTS" "$MANY_TIMEOUT"
+			check_delivered "limit_$mode$round" "$MANY_EVENTS"
+		done
+	done
+	keep_median_round limit_off
+	keep_median_round limit_on
+	result limit_on.limit "$LIMIT_HIGH"
+}
+
 # ---------------------------------------------------------------------------
 
 # run_case NAME FUNCTION: FUNCTION, if BENCH_CASES names NAME; its wall
@@ -1002,10 +1053,11 @@ main()
 	run_case 11 case_slow_receiver
 	run_case 12 case_hanging_endpoints
 	run_case 13 case_tls
+	run_case 14 case_rate_limit
 
 	result env.seconds "$(($(date +%s) - T0))"
 	result env.cases "${BENCH_CASES// /,}"
-	if [ "$BENCH_CASES" = "1 2 3 4 5 6 7 perf 8 9 10 11 12 13" ]; then
+	if [ "$BENCH_CASES" = "1 2 3 4 5 6 7 perf 8 9 10 11 12 13 14" ]; then
 		"$PY" "$BENCH/report.py" --results "$RESULTS" --work "$WORK" --out "$BENCH"
 		log "done in $(($(date +%s) - T0)) s; wrote $BENCH/RESULTS.md and $BENCH/*.png"
 	else

@@ -146,14 +146,15 @@ limit_pause(RelayEndpoint *ep, double seconds, TimestampTz now)
 }
 
 /*
- * May ep follow the stream?  Not with a rate limit, nor while paused: its
- * part of a stream page would hold the page, and so every endpoint that
- * follows the stream, while it waits.  It reads on its own instead.
+ * May ep follow the stream?  Not while paused: its part of a stream page
+ * would hold the page, and so every endpoint that follows the stream,
+ * while it waits.  It reads on its own instead.  (One that its limit
+ * holds stops following as it is held: relay.c, hold().)
  */
 bool
 limit_may_follow(const RelayEndpoint *ep, TimestampTz now)
 {
-	return ep->rate_limit <= 0 && ep->paused_until <= now;
+	return ep->paused_until <= now;
 }
 
 /*

@@ -504,15 +504,13 @@ static void detach(RelayEndpoint *ep);
 /*
  * After a load of the endpoints: rebuild the routes, and who reads on its
  * own.  An endpoint that follows the stream but may not receive now (paused,
- * disabled, gone), or may not follow it (a rate limit: limit_may_follow),
- * stops following it.
+ * disabled, gone) stops following it.
  */
 static void
 endpoints_loaded(void)
 {
 	HASH_SEQ_STATUS seq;
 	RelayEndpoint *ep;
-	TimestampTz now = GetCurrentTimestamp();
 
 	MemoryContext old = MemoryContextSwitchTo(relay_cxt);
 
@@ -523,7 +521,7 @@ endpoints_loaded(void)
 	hash_seq_init(&seq, endpoints);
 	while ((ep = hash_seq_search(&seq)) != NULL)
 	{
-		if (ep->follows && ep->seen && (!ep->active || !limit_may_follow(ep, now)))
+		if (ep->follows && !ep->active && ep->seen)
 			detach(ep);
 		if (ep->follows && ep->active)
 			followers++;
@@ -651,8 +649,8 @@ route_page(StreamPage *p)
 			/*
 			 * One that may not receive now, fails without pause, still has
 			 * a page of its own in flight (its row was made to follow by a
-			 * rebase), or may not follow (limit_may_follow) reads on its own
-			 * from where the stream is.
+			 * rebase), or is paused by a Retry-After (limit_may_follow) reads
+			 * on its own from where the stream is.
 			 */
 			if (!ep->active || ep->consecutive_failures >= CIRCUIT_FAILURES || ep->page != NULL ||
 				!limit_may_follow(ep, now))
@@ -1523,9 +1521,10 @@ submit(Delivery *d)
 
 /*
  * Hold an endpoint that its rate limit or a pause stops (limit.c), out of
- * the ready list.  One that follows the stream stops following it (it
- * cannot be one with a limit: limit_may_follow): its part would hold the
- * stream's page, and everyone after it, while it waits.
+ * the ready list.  One that follows the stream stops following it: its
+ * part would hold the stream's page, and every endpoint after it, while it
+ * waits; the part becomes its own page, and it reads on its own until it
+ * is back where the stream is.
  */
 static void
 hold(RelayEndpoint *ep, TimestampTz now)
@@ -2207,7 +2206,8 @@ want_more(void)
 {
 	ListCell   *lc;
 
-	if (stream_more && stream_page == NULL)
+	/* (with nobody following it, the stream is not read: read_stream) */
+	if (stream_more && stream_page == NULL && followers > 0)
 		return true;
 	if (due_again != NIL || own_cut)
 		return true;

@@ -15,8 +15,9 @@
 # below (e.g. SCALE_LARGE=200000 bash bench/run.sh for a quick run).
 #
 # Cases 1 to 7 (issue 5) run with the relay settings below; cases 8 to 13
-# (issue 11: many endpoints, slow and dead receivers, HTTPS) run after them
-# with every relay setting at the server's default.  BENCH_CASES="8 9"
+# (issue 11: many endpoints, slow and dead receivers, HTTPS) and 14 (issue
+# 14: rate limits) run after them with every relay setting at the server's
+# default.  BENCH_CASES="8 9"
 # runs only the cases named ("perf" is the profile pass); such a run writes
 # bench/RESULTS.partial.md instead of RESULTS.md and draws no plots.  With
 # today's relay a whole run takes about 18 minutes on 2 cores, cases 8 to

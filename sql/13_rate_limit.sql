@@ -9,7 +9,7 @@ SELECT outbox.create_endpoint('rl-20', 'https://example.com/', rate_limit => 20)
 SELECT outbox.create_endpoint('rl-half', 'https://example.com/', rate_limit => 0.5) IS NOT NULL AS created;
 SELECT outbox.create_endpoint('rl-max', 'https://example.com/', rate_limit => 1000000) IS NOT NULL AS created;
 SELECT name, rate_limit FROM outbox.endpoints WHERE name LIKE 'rl-%' ORDER BY name;
--- No relay runs here: nothing is held.
+-- No relay serves this database (outbox.database): nothing is held.
 SELECT name, rate_limit, rate_limited FROM outbox.endpoint_status WHERE name LIKE 'rl-%' ORDER BY name;
 
 -- Bad values: 0 and below, above a million, NaN, Infinity.  None writes

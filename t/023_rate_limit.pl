@@ -97,6 +97,26 @@ ok( $node->poll_query_until('postgres', q{
 SELECT NOT rate_limited FROM outbox.endpoint_status WHERE name = 'limited'}),
 	'endpoint_status: not held once nothing waits');
 
+# A limit of one every two seconds holds 10 events for 18 s; taken away
+# (alter_endpoint, rate_limit => 0), the rest go at once.
+sql(q{SELECT outbox.alter_endpoint('limited', rate_limit => 0.5)});
+ok( $node->poll_query_until('postgres', q{
+SELECT rate_limit = 0.5 FROM outbox.endpoint_status WHERE name = 'limited'}),
+	'alter_endpoint sets a limit of 0.5');
+my $before = () = arrivals('/limited');
+my @slow = split /\n/, sql(q{
+SELECT outbox.emit('lim.two', jsonb_build_object('n', n)) FROM generate_series(1, 10) n ORDER BY n});
+ok( $node->poll_query_until('postgres', q{
+SELECT rate_limited FROM outbox.endpoint_status WHERE name = 'limited'}),
+	'held at 0.5 a second');
+my $held_got = () = arrivals('/limited');
+cmp_ok($held_got - $before, '<=', 2, 'one or two of the 10 went before it was held');
+my $cleared = time();
+sql(q{SELECT outbox.alter_endpoint('limited', rate_limit => 0)});
+ok(wait_received($log, got_all('/limited', @slow)), 'limit taken away: the other events went');
+my $clear_took = (arrivals('/limited'))[-1] - $cleared;
+cmp_ok($clear_took, '<', 1.5, sprintf('... within %.1f s, not at one every two seconds', $clear_took));
+
 # A 429 with Retry-After: 3 to the first of 6 events pauses the endpoint
 # for 3 s: the other 5 (emitted after it) wait that long too, though the
 # retry schedule is 100 ms; the free endpoint gets its events meanwhile.

@@ -491,7 +491,7 @@ load_endpoints(void)
 		if (ep->seen)
 			continue;
 		ep->active = false;
-		if (ep->page == NULL && ep->due == NULL && !ep->detach)
+		if (ep->page == NULL && ep->due == NULL && !ep->detach && !ep->held)
 		{
 			free_endpoint_strings(ep);
 			hash_search(endpoints, &ep->id, HASH_REMOVE, NULL);
@@ -1547,10 +1547,9 @@ typedef enum PumpStop
 /*
  * Submit a batch's waiting deliveries, in order, while its endpoint is
  * under limit, its rate limit has a token for each and the relay has
- * slots.  On an ordered endpoint a
- * delivery waits for the previous one of its key in the batch: sent once
- * that one was delivered or dead-lettered, deferred behind it when that
- * one is to be retried.
+ * slots.  On an ordered endpoint a delivery waits for the previous one of
+ * its key in the batch: sent once that one was delivered or dead-lettered,
+ * deferred behind it when that one is to be retried.
  */
 static PumpStop
 pump_batch(Batch *b, int limit, int slots, TimestampTz now)

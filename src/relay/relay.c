@@ -1734,6 +1734,9 @@ collect(void)
 		 */
 		if ((req->status == 429 || req->status == 503) && retry_after > 0)
 		{
+			ereport(DEBUG1,
+					(errmsg("outbox endpoint \"%s\" is paused for %.0f s: it answered %ld with Retry-After",
+							b->ep->name, Min(retry_after, LIMIT_MAX_PAUSE_SECS), req->status)));
 			limit_pause(b->ep, retry_after, GetCurrentTimestamp());
 			detach(b->ep);
 		}

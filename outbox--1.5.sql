@@ -1344,7 +1344,7 @@ CREATE FUNCTION outbox._relay_endpoints()
 RETURNS TABLE (id integer, name text, url text, header_lines text, timeout_ms bigint,
                max_attempts integer, ordered boolean, active boolean, secret text,
                previous_secret text, event_types text[], follows boolean, max_in_flight integer,
-               format text, rate_limit double precision)
+               format text, rate_limit double precision, changed_at timestamptz)
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off
@@ -1354,7 +1354,8 @@ AS $$
            outbox._timeout_ms(e.timeout), e.max_attempts, e.ordered,
            NOT e.paused AND e.disabled_at IS NULL, s.secret,
            CASE WHEN s.previous_expires_at > now() THEN s.previous_secret END,
-           e.event_types, p.follows, e.max_in_flight, e.format, e.rate_limit::double precision
+           e.event_types, p.follows, e.max_in_flight, e.format, e.rate_limit::double precision,
+           e.updated_at
       FROM outbox.endpoints e
       JOIN outbox.endpoint_secrets s ON s.endpoint_id = e.id
       JOIN outbox.positions p ON p.endpoint_id = e.id

@@ -157,5 +157,22 @@ SELECT string_agg(attempt || ':' || status, ',' ORDER BY attempt) FROM outbox.at
  WHERE event_id = '$first'}, '1:429,2:200'),
 	'the event answered 429 was retried once, after the pause');
 
+# A pause ends early when the endpoint is resumed (or changed): a 503 with
+# Retry-After: 600 holds the 3 events after it only until resume_endpoint().
+my $long = sql(q{SELECT outbox.emit('pause.first', '{}',
+                 headers => '{"x-test-status": "503", "x-test-fail_first": "1", "x-test-retry_after": "600"}')});
+ok( wait_received($log, sub { grep { $_->{path} eq '/pausing' && $_->{status} == 503 } @_ }),
+	'the receiver answered 503 with Retry-After: 600');
+my @more = split /\n/, sql(q{
+SELECT outbox.emit('pause.next', jsonb_build_object('n', n)) FROM generate_series(1, 3) n ORDER BY n});
+ok( $node->poll_query_until('postgres', q{
+SELECT rate_limited FROM outbox.endpoint_status WHERE name = 'pausing'}),
+	'endpoint_status: held for the Retry-After of 600 s');
+my $resumed = time();
+sql(q{SELECT outbox.resume_endpoint('pausing')});
+ok(wait_received($log, got_all('/pausing', @more)), 'resumed: the 3 events went');
+my $resume_took = (arrivals('/pausing'))[-1] - $resumed;
+cmp_ok($resume_took, '<', 2, sprintf('... within %.1f s of resume_endpoint(), not 600', $resume_took));
+
 $node->stop;
 done_testing();

@@ -87,6 +87,7 @@ typedef struct RelayEndpoint
 	double		tokens;			/* in its bucket, as of tokens_at */
 	TimestampTz tokens_at;
 	TimestampTz paused_until;	/* a 429 or 503's Retry-After; 0: none */
+	TimestampTz changed_at;		/* its row's updated_at, as last loaded */
 	bool		held;			/* deliveries wait for the limit or pause */
 	TimestampTz held_until;		/* when it is looked at again */
 	pairingheap_node held_node;

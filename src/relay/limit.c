@@ -12,7 +12,8 @@
  * (limit_burst), and each request takes a token.  Over any T seconds an
  * endpoint gets at most burst + rate_limit * T requests, counted as they
  * are sent.  A pause (limit_pause) lets nothing go until it ends, limit or
- * not; the bucket fills meanwhile.
+ * not, or until the endpoint's row changes (limit_unpause: alter_endpoint,
+ * pause_endpoint, resume_endpoint); the bucket fills meanwhile.
  *
  * pump() (relay.c) takes a token for each request it submits
  * (limit_take).  An endpoint that has deliveries waiting but no token, or
@@ -143,6 +144,20 @@ limit_pause(RelayEndpoint *ep, double seconds, TimestampTz now)
 	seconds = Min(seconds, LIMIT_MAX_PAUSE_SECS);
 	until = now + (int64) (seconds * USECS_PER_SEC);
 	ep->paused_until = Max(ep->paused_until, until);
+}
+
+/*
+ * End ep's pause now (an operator changed or resumed the endpoint).  A
+ * held endpoint is looked at again at once.
+ */
+void
+limit_unpause(RelayEndpoint *ep, TimestampTz now)
+{
+	if (ep->paused_until == 0)
+		return;
+	ep->paused_until = 0;
+	if (ep->held)
+		hold_until(ep, now);
 }
 
 /*

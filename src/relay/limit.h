@@ -19,6 +19,7 @@ extern double limit_burst(double rate);
 extern void limit_set_rate(RelayEndpoint *ep, double rate, TimestampTz now);
 extern bool limit_take(RelayEndpoint *ep, TimestampTz now);
 extern void limit_pause(RelayEndpoint *ep, double seconds, TimestampTz now);
+extern void limit_unpause(RelayEndpoint *ep, TimestampTz now);
 extern bool limit_may_follow(const RelayEndpoint *ep, TimestampTz now);
 extern int	limit_page_size(const RelayEndpoint *ep, int size);
 extern void limit_hold(RelayEndpoint *ep, TimestampTz now);

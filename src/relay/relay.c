@@ -471,6 +471,10 @@ load_endpoints(void)
 		ep->old_keylen = row->old_keylen;
 		ep->max_in_flight = row->max_in_flight;
 		limit_set_rate(ep, row->rate_limit, now);
+		/* Changed (altered, paused, resumed): a Retry-After's pause ends. */
+		if (found && row->changed_at != ep->changed_at)
+			limit_unpause(ep, now);
+		ep->changed_at = row->changed_at;
 		if (row->format_ok)
 			ep->format = row->format;
 		else

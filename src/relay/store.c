@@ -152,7 +152,8 @@ store_load_endpoints(EndpointRow **rows, MemoryContext cxt)
 				c_follows,
 				c_max_in_flight,
 				c_format,
-				c_rate_limit;
+				c_rate_limit,
+				c_changed_at;
 
 	if (endpoints_plan == NULL)
 		endpoints_plan = outbox_prepare_kept("SELECT * FROM outbox._relay_endpoints()", 0, NULL);
@@ -177,6 +178,7 @@ store_load_endpoints(EndpointRow **rows, MemoryContext cxt)
 	c_max_in_flight = SPI_fnumber(desc, "max_in_flight");
 	c_format = SPI_fnumber(desc, "format");
 	c_rate_limit = SPI_fnumber(desc, "rate_limit");
+	c_changed_at = SPI_fnumber(desc, "changed_at");
 
 	n = (int) SPI_processed;
 	*rows = palloc0(sizeof(EndpointRow) * Max(n, 1));
@@ -222,6 +224,7 @@ store_load_endpoints(EndpointRow **rows, MemoryContext cxt)
 		row->rate_limit = DatumGetFloat8(col_datum(tup, desc, c_rate_limit, &isnull));
 		if (isnull)
 			row->rate_limit = 0;
+		row->changed_at = DatumGetTimestampTz(col_datum(tup, desc, c_changed_at, &isnull));
 	}
 	return n;
 }

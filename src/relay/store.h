@@ -48,6 +48,7 @@ typedef struct EndpointRow
 	bool		format_ok;		/* its format is known: format is set */
 	OutboxFormat format;
 	double		rate_limit;		/* requests a second; 0: NULL, none */
+	TimestampTz changed_at;		/* its row's updated_at */
 } EndpointRow;
 
 /*

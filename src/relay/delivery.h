@@ -18,6 +18,7 @@
 
 #include "format.h"
 #include "http.h"
+#include "policy.h"
 #include "sign.h"
 
 /* Where a detached endpoint's row moves with its detach (detach_past). */
@@ -122,7 +123,7 @@ typedef struct Delivery
 	char	   *body;			/* in its endpoint's format */
 	char	  **event_headers;
 	int			n_event_headers;
-	const char *outcome;
+	OutcomeKind outcome;
 	TimestampTz next_at;
 	HttpRequest req;
 } Delivery;

@@ -319,7 +319,7 @@ may_read_due(const RelayEndpoint *ep, bool full)
  * progress of the page (detach_laggards).
  */
 static void
-settle(Delivery *d, const char *outcome)
+settle(Delivery *d, OutcomeKind outcome)
 {
 	Batch	   *b = d->batch;
 
@@ -344,7 +344,7 @@ defer(Delivery *d, TimestampTz next_at)
 	d->deferred = true;
 	d->attempt = 0;
 	d->next_at = next_at;
-	settle(d, "deferred");
+	settle(d, OUTCOME_KIND_DEFERRED);
 }
 
 /*
@@ -1167,7 +1167,7 @@ read_round(bool full)
 
 			d->state = DELIVERY_WAITING;
 			if (d->already)
-				settle(d, "already");
+				settle(d, OUTCOME_KIND_ALREADY);
 			else if (d->deferred)
 				defer(d, d->deliver_at);
 		}
@@ -1580,8 +1580,8 @@ pump_batch(Batch *b, int limit, int slots, TimestampTz now)
 				behind_key = true;
 				continue;
 			}
-			if (strcmp(prev->outcome, "delivered") != 0 && strcmp(prev->outcome, "dead") != 0 &&
-				strcmp(prev->outcome, "already") != 0)
+			if (prev->outcome != OUTCOME_KIND_DELIVERED && prev->outcome != OUTCOME_KIND_DEAD &&
+				prev->outcome != OUTCOME_KIND_ALREADY)
 			{
 				defer(d, GetCurrentTimestamp());
 				continue;
@@ -1744,7 +1744,7 @@ collect(void)
 			limit_pause(b->ep, retry_after, GetCurrentTimestamp());
 			detach(b->ep);
 		}
-		settle(d, policy_outcome_name(o));
+		settle(d, policy_outcome_kind(o));
 		if (o == OUTCOME_DELIVERED)
 			b->ep->consecutive_failures = 0;
 		else

@@ -23,6 +23,7 @@ OBJS = \
 	src/target/address.o \
 	src/relay/policy.o \
 	src/relay/delivery.o \
+	src/relay/priority.o \
 	src/relay/store.o \
 	src/relay/launcher.o \
 	src/relay/route.o \

@@ -113,7 +113,9 @@ CREATE TABLE outbox.events (
     key         text,
     headers     jsonb,
     deliver_at  timestamptz,
-    created_at  timestamptz NOT NULL
+    created_at  timestamptz NOT NULL,
+    expires_at  timestamptz,
+    priority    smallint
 ) PARTITION BY LIST (slot);
 CREATE TABLE outbox.events_0 PARTITION OF outbox.events FOR VALUES IN (0);
 CREATE TABLE outbox.events_1 PARTITION OF outbox.events FOR VALUES IN (1);
@@ -132,6 +134,8 @@ COMMENT ON COLUMN outbox.events.key IS 'ordering key: on ordered endpoints, even
 COMMENT ON COLUMN outbox.events.headers IS 'extra HTTP headers sent with this event';
 COMMENT ON COLUMN outbox.events.deliver_at IS 'not delivered before this time (NULL: at once)';
 COMMENT ON COLUMN outbox.events.created_at IS 'emit time (transaction start); the "timestamp" member of the body';
+COMMENT ON COLUMN outbox.events.expires_at IS 'not sent from this time on: recorded as expired instead (NULL: never)';
+COMMENT ON COLUMN outbox.events.priority IS 'higher goes first among what the relay holds for an endpoint at once (NULL: 0)';
 
 -- Dedupe keys live beside the events: a unique index on a partitioned table
 -- must contain the partition key, and emit() without a dedupe_key must pay
@@ -191,6 +195,8 @@ CREATE TABLE outbox.endpoints (
     format          text NOT NULL DEFAULT 'standard-webhooks'
                     CONSTRAINT endpoints_format_check
                     CHECK (format IN ('standard-webhooks', 'cloudevents', 'cloudevents-binary')),
+    -- NULL: events do not age out
+    max_age         interval,
     -- NULL: no limit
     rate_limit      numeric CONSTRAINT endpoints_rate_limit_check
                     CHECK (rate_limit > 0 AND rate_limit <= 1000000)
@@ -204,6 +210,8 @@ COMMENT ON COLUMN outbox.endpoints.max_in_flight IS
     'most requests in flight to this endpoint; NULL: outbox.endpoint_concurrency';
 COMMENT ON COLUMN outbox.endpoints.format IS
     'what requests look like: standard-webhooks, cloudevents (structured mode) or cloudevents-binary';
+COMMENT ON COLUMN outbox.endpoints.max_age IS
+    'an event older than this (since its emit) is not sent to this endpoint but recorded as expired; NULL: no limit';
 COMMENT ON COLUMN outbox.endpoints.rate_limit IS
     'most requests a second to this endpoint (bursts of a tenth of a second''s worth); NULL: no limit';
 
@@ -304,6 +312,8 @@ CREATE TABLE outbox.attempt_log_0 PARTITION OF outbox.attempt_log FOR VALUES IN 
 CREATE TABLE outbox.attempt_log_1 PARTITION OF outbox.attempt_log FOR VALUES IN (1);
 CREATE TABLE outbox.attempt_log_2 PARTITION OF outbox.attempt_log FOR VALUES IN (2);
 CREATE INDEX attempt_log_event_idx ON outbox.attempt_log (event_id);
+-- endpoint_status counts each endpoint's expired events; only they are indexed.
+CREATE INDEX attempt_log_expired_idx ON outbox.attempt_log (endpoint_id) WHERE error = 'expired';
 COMMENT ON TABLE outbox.attempt_log IS 'every delivery attempt, appended by the relay; read it through outbox.attempts; rotated after outbox.attempt_retention';
 COMMENT ON COLUMN outbox.attempt_log.slot IS 'rotation slot (partition) the row was appended to';
 
@@ -318,13 +328,16 @@ CREATE TABLE outbox.retries (
     last_status integer,
     last_error  text,
     queued_at   timestamptz NOT NULL DEFAULT now(),
+    priority    smallint NOT NULL DEFAULT 0,
     PRIMARY KEY (endpoint_id, id)
 );
-CREATE INDEX retries_due_idx ON outbox.retries (endpoint_id, next_at);
+-- _read_due reads an endpoint's due retries highest priority first.
+CREATE INDEX retries_due_idx ON outbox.retries (endpoint_id, priority DESC, next_at, id);
 CREATE INDEX retries_key_idx ON outbox.retries (endpoint_id, key, id) WHERE key IS NOT NULL;
 COMMENT ON TABLE outbox.retries IS 'events owed to an endpoint again at next_at: failed attempts, events with a later deliver_at, and on ordered endpoints events waiting behind an earlier one of their key';
 COMMENT ON COLUMN outbox.retries.attempts IS 'attempts made so far (0: not sent yet)';
 COMMENT ON COLUMN outbox.retries.queued_at IS 'when the event became owed here: its first failure, deferral, replay() or retry_dead()';
+COMMENT ON COLUMN outbox.retries.priority IS 'the event''s priority: due retries are read highest first';
 
 -- Events given up on for an endpoint.  The event itself is copied so that a
 -- dead letter outlives the rotation of its events partition.
@@ -365,7 +378,9 @@ CREATE TABLE outbox.delayed (
     headers     jsonb,
     deliver_at  timestamptz,
     created_at  timestamptz NOT NULL,
-    set_aside_at timestamptz NOT NULL DEFAULT now()
+    set_aside_at timestamptz NOT NULL DEFAULT now(),
+    expires_at  timestamptz,
+    priority    smallint
 );
 COMMENT ON TABLE outbox.delayed IS
     'copies of events waiting in outbox.retries (a later deliver_at, behind an earlier event of their key, or failed), made when rotation empties their events partition; rotation never empties this table';
@@ -533,18 +548,23 @@ COMMENT ON FUNCTION outbox._batch_first_id(pg_snapshot, pg_snapshot) IS
 -- Emit
 ----------------------------------------------------------------------------
 
+-- expires_at and priority come last, so that calls by position made for
+-- 1.4 mean what they meant.  priority is an integer argument, so that
+-- "priority => 5" needs no cast, kept in a smallint (-32768 to 32767).
 CREATE FUNCTION outbox.emit(
     event_type text,
     payload    jsonb,
     key        text DEFAULT NULL,
     headers    jsonb DEFAULT NULL,
     deliver_at timestamptz DEFAULT NULL,
-    dedupe_key text DEFAULT NULL)
+    dedupe_key text DEFAULT NULL,
+    expires_at timestamptz DEFAULT NULL,
+    priority   integer DEFAULT 0)
 RETURNS uuid
 LANGUAGE c VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'emit';
-COMMENT ON FUNCTION outbox.emit(text, jsonb, text, jsonb, timestamptz, text) IS
+COMMENT ON FUNCTION outbox.emit(text, jsonb, text, jsonb, timestamptz, text, timestamptz, integer) IS
     'write one event in the calling transaction; returns its id (the webhook-id receivers see)';
 
 -- The capture trigger turns row changes into events: prefix.inserted,
@@ -670,6 +690,24 @@ END
 $$;
 COMMENT ON FUNCTION outbox._check_max_in_flight(integer) IS 'internal: validate an endpoint''s max_in_flight';
 
+-- Checked on the number the relay uses (outbox._timeout_ms: a month as 30
+-- days, a year as 365.25), as the timeout is.
+CREATE FUNCTION outbox._check_max_age(max_age interval) RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF max_age IS NOT NULL AND (isfinite(max_age) IS NOT TRUE
+                                OR outbox._timeout_ms(max_age) NOT BETWEEN 1000 AND 3650 * 86400000::bigint) THEN
+        RAISE EXCEPTION 'max_age must be between 1 second and 3650 days'
+            USING ERRCODE = '22023',
+                  DETAIL = format('The value given was %s.', max_age),
+                  HINT = 'NULL (create_endpoint) or ''0'' (alter_endpoint) means no limit.';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION outbox._check_max_age(interval) IS 'internal: validate an endpoint''s max_age';
+
 -- NaN is greater than every number: the upper bound refuses it, and
 -- 'Infinity'.
 CREATE FUNCTION outbox._check_rate_limit(rate_limit numeric) RETURNS void
@@ -750,6 +788,7 @@ CREATE FUNCTION outbox.create_endpoint(
     max_attempts  integer  DEFAULT 8,
     max_in_flight integer  DEFAULT NULL,
     format        text     DEFAULT 'standard-webhooks',
+    max_age       interval DEFAULT NULL,
     rate_limit    numeric  DEFAULT NULL)
 RETURNS text
 LANGUAGE plpgsql VOLATILE
@@ -782,6 +821,7 @@ BEGIN
     hdrs := outbox._check_headers(coalesce(headers, '{}'));
     PERFORM outbox._check_endpoint_settings(timeout, max_attempts);
     PERFORM outbox._check_max_in_flight(max_in_flight);
+    PERFORM outbox._check_max_age(max_age);
     PERFORM outbox._check_rate_limit(rate_limit);
     fmt := outbox._check_format(format, hdrs);
     the_secret := CASE WHEN secret IS NULL THEN outbox._new_secret()
@@ -792,8 +832,8 @@ BEGIN
     END IF;
 
     INSERT INTO outbox.endpoints (name, url, event_types, headers, ordered, timeout, max_attempts,
-                                  max_in_flight, format, rate_limit)
-    VALUES (name, the_url, types, hdrs, ordered, timeout, max_attempts, max_in_flight, fmt,
+                                  max_in_flight, format, max_age, rate_limit)
+    VALUES (name, the_url, types, hdrs, ordered, timeout, max_attempts, max_in_flight, fmt, max_age,
             rate_limit)
     RETURNING id INTO eid;
     INSERT INTO outbox.endpoint_secrets (endpoint_id, secret) VALUES (eid, the_secret);
@@ -806,14 +846,14 @@ EXCEPTION
         RAISE EXCEPTION 'endpoint "%" already exists', name USING ERRCODE = '42710';
 END
 $$;
-COMMENT ON FUNCTION outbox.create_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text, numeric) IS
+COMMENT ON FUNCTION outbox.create_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text, interval, numeric) IS
     'create a webhook endpoint that receives events emitted from now on; returns its signing secret';
 
--- max_in_flight 0 goes back to following outbox.endpoint_concurrency, and
--- rate_limit 0 to no limit; NULL leaves either as it is, as for every other
--- argument.  The headers and the
--- format an endpoint ends up with are checked together: changing either
--- one alone can make a pair the relay would not send.
+-- max_in_flight 0 goes back to following outbox.endpoint_concurrency,
+-- max_age '0' and rate_limit 0 to no limit; NULL leaves each as it is, as
+-- for every other argument.  The headers and the format an endpoint ends up with are
+-- checked together: changing either one alone can make a pair the relay
+-- would not send.
 CREATE FUNCTION outbox.alter_endpoint(
     name          text,
     url           text     DEFAULT NULL,
@@ -825,6 +865,7 @@ CREATE FUNCTION outbox.alter_endpoint(
     max_attempts  integer  DEFAULT NULL,
     max_in_flight integer  DEFAULT NULL,
     format        text     DEFAULT NULL,
+    max_age       interval DEFAULT NULL,
     rate_limit    numeric  DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
@@ -844,6 +885,7 @@ BEGIN
     IF secret IS NOT NULL THEN the_secret := outbox._check_secret(secret); END IF;
     PERFORM outbox._check_endpoint_settings(timeout, max_attempts);
     PERFORM outbox._check_max_in_flight(nullif(max_in_flight, 0));
+    PERFORM outbox._check_max_age(nullif(max_age, interval '0'));
     PERFORM outbox._check_rate_limit(nullif(rate_limit, 0));
     -- (locked: a concurrent change of the other half cannot slip between)
     SELECT * INTO cur FROM outbox.endpoints e WHERE e.id = eid FOR UPDATE;
@@ -860,6 +902,8 @@ BEGIN
            max_in_flight = CASE WHEN alter_endpoint.max_in_flight IS NULL THEN e.max_in_flight
                                 ELSE nullif(alter_endpoint.max_in_flight, 0) END,
            format = coalesce(alter_endpoint.format, e.format),
+           max_age = CASE WHEN alter_endpoint.max_age IS NULL THEN e.max_age
+                          ELSE nullif(alter_endpoint.max_age, interval '0') END,
            rate_limit = CASE WHEN alter_endpoint.rate_limit IS NULL THEN e.rate_limit
                              ELSE nullif(alter_endpoint.rate_limit, 0) END,
            updated_at = now()
@@ -872,7 +916,7 @@ BEGIN
     PERFORM outbox._wake_at_commit();
 END
 $$;
-COMMENT ON FUNCTION outbox.alter_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text, numeric) IS
+COMMENT ON FUNCTION outbox.alter_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text, interval, numeric) IS
     'change an endpoint; NULL leaves a setting as it is';
 
 CREATE FUNCTION outbox.drop_endpoint(name text) RETURNS void
@@ -972,8 +1016,11 @@ BEGIN
                 OR EXISTS (SELECT 1 FROM outbox.delayed dl WHERE dl.id = d.id))
         RETURNING d.endpoint_id, d.id, d.event_id, d.key
     )
-    INSERT INTO outbox.retries (endpoint_id, id, event_id, key, attempts, next_at)
-    SELECT m.endpoint_id, m.id, m.event_id, m.key, 0, now() FROM moved m
+    INSERT INTO outbox.retries (endpoint_id, id, event_id, key, attempts, next_at, priority)
+    SELECT m.endpoint_id, m.id, m.event_id, m.key, 0, now(),
+           coalesce((SELECT e.priority FROM outbox.events e WHERE e.id = m.id),
+                    (SELECT dl.priority FROM outbox.delayed dl WHERE dl.id = m.id), 0)
+      FROM moved m
     ON CONFLICT (endpoint_id, id) DO NOTHING;
     GET DIAGNOSTICS n = ROW_COUNT;
     PERFORM outbox._wake_at_commit();
@@ -999,8 +1046,8 @@ BEGIN
         RAISE EXCEPTION 'since must not be later than until' USING ERRCODE = '22023';
     END IF;
     SELECT outbox._like_patterns(ep.event_types) INTO pats FROM outbox.endpoints ep WHERE ep.id = eid;
-    INSERT INTO outbox.retries (endpoint_id, id, event_id, key, attempts, next_at)
-    SELECT eid, e.id, e.event_id, e.key, 0, now()
+    INSERT INTO outbox.retries (endpoint_id, id, event_id, key, attempts, next_at, priority)
+    SELECT eid, e.id, e.event_id, e.key, 0, now(), coalesce(e.priority, 0)
       FROM outbox.events e
      WHERE e.created_at >= since AND e.created_at < until
        AND e.event_type LIKE ANY (pats)
@@ -1142,9 +1189,12 @@ COMMENT ON FUNCTION outbox._unread(integer) IS 'internal: count and oldest of th
 -- leaves out events not due yet.  max_in_flight is the endpoint's cap (its
 -- own, or outbox.endpoint_concurrency as this session sees it), in_flight
 -- its requests in flight now, as the relay last published them; format
--- what its requests look like; rate_limit its limit (NULL: none), and
--- rate_limited whether the relay holds deliveries to it back now, for its
--- limit or for a Retry-After it answered, as the relay last published it.
+-- what its requests look like; max_age its limit on an event's age, and
+-- expired the events it was not sent because they expired, as the attempt
+-- log still has them (outbox.attempt_retention); rate_limit its limit
+-- (NULL: none), and rate_limited whether the relay holds deliveries to it
+-- back now, for its limit or for a Retry-After it answered, as the relay
+-- last published it.
 CREATE VIEW outbox.endpoint_status AS
 SELECT ep.name,
        CASE WHEN ep.disabled_at IS NOT NULL THEN 'disabled'
@@ -1171,6 +1221,9 @@ SELECT ep.name,
                 current_setting('outbox.endpoint_concurrency', true)::integer) AS max_in_flight,
        coalesce(f.in_flight, 0) AS in_flight,
        ep.format,
+       ep.max_age,
+       (SELECT count(*) FROM outbox.attempt_log a
+         WHERE a.endpoint_id = ep.id AND a.error = 'expired') AS expired,
        ep.rate_limit,
        coalesce(f.held, false) AS rate_limited
   FROM outbox.endpoints ep
@@ -1186,7 +1239,7 @@ SELECT ep.name,
          WHERE rr.endpoint_id = ep.id AND (e.id IS NOT NULL OR dl.id IS NOT NULL)) r ON true
   LEFT JOIN outbox._in_flight() f ON f.endpoint_id = ep.id;
 COMMENT ON VIEW outbox.endpoint_status IS
-    'one row per endpoint: state and why, events waiting and the age of the oldest, in retry, dead, last success and failure, backlog given up, cap on and requests in flight now, format, rate limit and whether it holds the endpoint now';
+    'one row per endpoint: state and why, events waiting and the age of the oldest, in retry, dead, last success and failure, backlog given up, cap on and requests in flight now, format, max_age and events expired, rate limit and whether it holds the endpoint now';
 
 -- Retries count as waiting whether their event is in outbox.events or set
 -- aside in outbox.delayed.  The age of what waits leaves out events not
@@ -1361,7 +1414,7 @@ CREATE FUNCTION outbox._relay_endpoints()
 RETURNS TABLE (id integer, name text, url text, header_lines text, timeout_ms bigint,
                max_attempts integer, ordered boolean, active boolean, secret text,
                previous_secret text, event_types text[], follows boolean, max_in_flight integer,
-               format text, rate_limit double precision, changed_at timestamptz)
+               format text, max_age_ms bigint, rate_limit double precision, changed_at timestamptz)
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off
@@ -1371,8 +1424,8 @@ AS $$
            outbox._timeout_ms(e.timeout), e.max_attempts, e.ordered,
            NOT e.paused AND e.disabled_at IS NULL, s.secret,
            CASE WHEN s.previous_expires_at > now() THEN s.previous_secret END,
-           e.event_types, p.follows, e.max_in_flight, e.format, e.rate_limit::double precision,
-           e.updated_at
+           e.event_types, p.follows, e.max_in_flight, e.format, outbox._timeout_ms(e.max_age),
+           e.rate_limit::double precision, e.updated_at
       FROM outbox.endpoints e
       JOIN outbox.endpoint_secrets s ON s.endpoint_id = e.id
       JOIN outbox.positions p ON p.endpoint_id = e.id
@@ -1425,10 +1478,12 @@ $$;
 -- past the page when it records the page's last outcomes (_record).  This
 -- reader and the two below return an event's type, emit time and payload
 -- (as JSON text), of which the relay makes the body of each endpoint's
--- format (src/target/format.c).
+-- format (src/target/format.c), and its expires_at and priority (0 for
+-- NULL), which the relay applies per endpoint.
 CREATE FUNCTION outbox._read_stream(lim integer, max_bytes bigint)
 RETURNS TABLE (id bigint, event_id uuid, event_type text, deliver_at timestamptz, key text,
-               emitted_at timestamptz, data text, header_lines text[], batch text, bytes_cut boolean)
+               emitted_at timestamptz, data text, header_lines text[], batch text, bytes_cut boolean,
+               expires_at timestamptz, priority smallint)
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off
@@ -1463,10 +1518,11 @@ BEGIN
             SELECT e.id, e.event_id, e.event_type, e.deliver_at, e.key, e.created_at, e.payload::text,
                    CASE WHEN e.headers IS NULL THEN '{}' ELSE outbox._header_lines(e.headers) END,
                    st.next_snap::text,
-                   (max(e.upto) OVER ()) >= max_bytes
+                   (max(e.upto) OVER ()) >= max_bytes,
+                   e.expires_at, coalesce(e.priority, 0::smallint)
               FROM (SELECT ev.*, sum(ev.sz) OVER (ORDER BY ev.id) AS upto
                       FROM (SELECT e1.id, e1.event_id, e1.event_type, e1.deliver_at, e1.key,
-                                   e1.created_at, e1.payload, e1.headers,
+                                   e1.created_at, e1.payload, e1.headers, e1.expires_at, e1.priority,
                                    outbox._event_bytes(e1.payload, e1.headers) AS sz
                               FROM outbox.events e1
                              WHERE e1.id > st.after_id
@@ -1573,7 +1629,7 @@ COMMENT ON FUNCTION outbox._attach(integer[]) IS
 CREATE FUNCTION outbox._read_page(eid integer, lim integer, verify boolean, max_bytes bigint)
 RETURNS TABLE (id bigint, event_id uuid, event_type text, deliver_at timestamptz, key text,
                emitted_at timestamptz, data text, header_lines text[], batch text, blocked boolean,
-               delivered boolean, bytes_cut boolean)
+               delivered boolean, bytes_cut boolean, expires_at timestamptz, priority smallint)
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off
@@ -1643,9 +1699,10 @@ BEGIN
                    verify AND outbox._delivered(eid, e.event_id, '-infinity'),
                    -- cut: by the byte budget, or by the span while more ids follow
                    (max(e.upto) OVER ()) >= max_bytes
-                       OR ((count(*) OVER ()) < lim AND pos.after_id + span < top)
+                       OR ((count(*) OVER ()) < lim AND pos.after_id + span < top),
+                   e.expires_at, coalesce(e.priority, 0::smallint)
               FROM (SELECT ev.id, ev.event_id, ev.deliver_at, ev.key, ev.event_type, ev.created_at,
-                           ev.payload, ev.headers, ev.sz,
+                           ev.payload, ev.headers, ev.sz, ev.expires_at, ev.priority,
                            sum(ev.sz) OVER (ORDER BY ev.id) AS upto
                       FROM (SELECT e1.*, outbox._event_bytes(e1.payload, e1.headers) AS sz
                               FROM outbox.events e1
@@ -1677,11 +1734,13 @@ COMMENT ON FUNCTION outbox._read_page(integer, integer, boolean, bigint) IS
     'internal: the next page of events owed to an endpoint by its position, bounded in events and in bytes';
 
 -- Events of an endpoint whose retry (or deliver_at) is due, at most lim,
--- ending after the one that brings them to max_bytes (one at least).  An
--- event set aside by rotation is read from outbox.delayed.
+-- ending after the one that brings them to max_bytes (one at least),
+-- highest priority first, then oldest due.  An event set aside by rotation
+-- is read from outbox.delayed.
 CREATE FUNCTION outbox._read_due(eid integer, lim integer, verify boolean, max_bytes bigint)
 RETURNS TABLE (id bigint, event_id uuid, event_type text, attempts integer, key text,
-               emitted_at timestamptz, data text, header_lines text[], delivered boolean)
+               emitted_at timestamptz, data text, header_lines text[], delivered boolean,
+               expires_at timestamptz, priority smallint)
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off
@@ -1690,18 +1749,21 @@ AS $$
     SELECT x.id, x.event_id, x.event_type, x.attempts, x.key, x.created_at, x.payload::text,
            CASE WHEN x.headers IS NULL THEN '{}' ELSE outbox._header_lines(x.headers) END,
            -- only a 2xx since it was queued: replay() re-sends on purpose
-           verify AND outbox._delivered(eid, x.event_id, x.queued_at)
-      FROM (SELECT y.*, sum(y.sz) OVER (ORDER BY y.next_at, y.id) AS upto
-              FROM (SELECT r.id, r.attempts, r.queued_at, r.next_at, ev.event_id, ev.event_type,
-                           ev.created_at, ev.payload, ev.key, ev.headers,
+           verify AND outbox._delivered(eid, x.event_id, x.queued_at),
+           x.expires_at, x.priority
+      FROM (SELECT y.*, sum(y.sz) OVER (ORDER BY y.priority DESC, y.next_at, y.id) AS upto
+              FROM (SELECT r.id, r.attempts, r.queued_at, r.next_at, r.priority, ev.event_id, ev.event_type,
+                           ev.created_at, ev.payload, ev.key, ev.headers, ev.expires_at,
                            outbox._event_bytes(ev.payload, ev.headers) AS sz
                       FROM outbox.retries r
                       JOIN outbox.endpoints ep ON ep.id = r.endpoint_id
                       CROSS JOIN LATERAL (
-                            SELECT e.event_id, e.event_type, e.created_at, e.payload, e.key, e.headers
+                            SELECT e.event_id, e.event_type, e.created_at, e.payload, e.key, e.headers,
+                                   e.expires_at
                               FROM outbox.events e WHERE e.id = r.id
                             UNION ALL
-                            SELECT d.event_id, d.event_type, d.created_at, d.payload, d.key, d.headers
+                            SELECT d.event_id, d.event_type, d.created_at, d.payload, d.key, d.headers,
+                                   d.expires_at
                               FROM outbox.delayed d WHERE d.id = r.id
                             LIMIT 1) ev
                      WHERE r.endpoint_id = eid AND r.next_at <= now()
@@ -1710,10 +1772,10 @@ AS $$
                                 AND EXISTS (SELECT 1 FROM outbox.retries r2
                                              WHERE r2.endpoint_id = r.endpoint_id AND r2.key = r.key
                                                AND r2.id < r.id))
-                     ORDER BY r.next_at, r.id
+                     ORDER BY r.priority DESC, r.next_at, r.id
                      LIMIT lim) y) x
      WHERE x.upto - x.sz < max_bytes
-     ORDER BY x.next_at, x.id
+     ORDER BY x.priority DESC, x.next_at, x.id
 $$;
 COMMENT ON FUNCTION outbox._read_due(integer, integer, boolean, bigint) IS
     'internal: events whose retry or deliver_at has come, for one endpoint, bounded in events and in bytes';
@@ -1724,10 +1786,12 @@ COMMENT ON FUNCTION outbox._read_due(integer, integer, boolean, bigint) IS
 
 -- What is recorded of a delivery: 'delivered', 'retry', 'dead',
 -- 'deferred' (not sent: its deliver_at is later, or it waits behind its
--- key) or 'already' (answered with a 2xx before a restart; not sent).  The
--- relay's OutcomeKind (src/relay/policy.h) has the same labels; a label
--- either side lacks is an error, not a silent mismatch.
-CREATE TYPE outbox.outcome_kind AS ENUM ('delivered', 'retry', 'dead', 'deferred', 'already');
+-- key), 'already' (answered with a 2xx before a restart; not sent) or
+-- 'expired' (not sent: past the event's expires_at or the endpoint's
+-- max_age; an attempt-log row with error 'expired').  The relay's
+-- OutcomeKind (src/relay/policy.h) has the same labels; a label either
+-- side lacks is an error, not a silent mismatch.
+CREATE TYPE outbox.outcome_kind AS ENUM ('delivered', 'retry', 'dead', 'deferred', 'already', 'expired');
 COMMENT ON TYPE outbox.outcome_kind IS 'internal: what is recorded of a delivery';
 
 -- One finished delivery, as the relay records it.  disable_reason is set
@@ -1819,7 +1883,8 @@ BEGIN
     END IF;
 
     INSERT INTO outbox.attempt_log (endpoint_id, id, event_id, attempt, duration_ms, status, error, response, slot)
-    SELECT o.endpoint_id, o.id, o.event_id, o.attempt, o.duration_ms, o.status, o.error, o.response,
+    SELECT o.endpoint_id, o.id, o.event_id, o.attempt, o.duration_ms, o.status,
+           CASE WHEN o.outcome = 'expired' THEN 'expired' ELSE o.error END, o.response,
            (SELECT r.slot FROM outbox.rotation r WHERE r.tbl = 'attempt_log' AND r.current)
       FROM unnest(outcomes) o
      WHERE o.outcome NOT IN ('deferred', 'already') AND o.endpoint_id <> ALL (skip);
@@ -1830,13 +1895,15 @@ BEGIN
     -- One row per endpoint and event: its page and its due retries may both
     -- hold an event (replay() queues events a position has not passed), and
     -- an upsert may not touch a row twice.  The latest attempt wins.
-    INSERT INTO outbox.retries AS r (endpoint_id, id, event_id, key, attempts, next_at, last_status, last_error)
+    INSERT INTO outbox.retries AS r (endpoint_id, id, event_id, key, attempts, next_at, last_status, last_error,
+                                     priority)
     SELECT DISTINCT ON (o.endpoint_id, o.id)
-           o.endpoint_id, o.id, o.event_id, e.key, o.attempt, o.next_at, o.status, o.error
+           o.endpoint_id, o.id, o.event_id, e.key, o.attempt, o.next_at, o.status, o.error,
+           coalesce(e.priority, 0)
       FROM unnest(outcomes) o
-      CROSS JOIN LATERAL (SELECT ev.key FROM outbox.events ev WHERE ev.id = o.id
+      CROSS JOIN LATERAL (SELECT ev.key, ev.priority FROM outbox.events ev WHERE ev.id = o.id
                           UNION ALL
-                          SELECT d.key FROM outbox.delayed d WHERE d.id = o.id
+                          SELECT d.key, d.priority FROM outbox.delayed d WHERE d.id = o.id
                           LIMIT 1) e
      WHERE o.outcome IN ('retry', 'deferred') AND o.endpoint_id <> ALL (skip)
      ORDER BY o.endpoint_id, o.id, o.attempt DESC
@@ -1865,11 +1932,12 @@ BEGIN
            last_error = EXCLUDED.last_error, dead_at = now();
     END IF;
 
-    -- By primary key, one probe per event.
+    -- By primary key, one probe per event.  An expired event is settled
+    -- too: not sent, and not owed any more.
     DELETE FROM outbox.retries r
      USING unnest(outcomes) o
      WHERE r.endpoint_id = o.endpoint_id AND r.id = o.id
-       AND o.outcome IN ('delivered', 'dead', 'already') AND o.endpoint_id <> ALL (skip);
+       AND o.outcome IN ('delivered', 'dead', 'already', 'expired') AND o.endpoint_id <> ALL (skip);
 
     -- Own pages move their endpoint's position, the stream's page the
     -- stream; each only if it is still in the page's batch (a rebase or a
@@ -1891,12 +1959,13 @@ BEGIN
      WHERE d.endpoint_id IS NULL AND s.next_snap::text = d.batch;
 
     -- Endpoint health: one row update per endpoint, from the attempts made
-    -- (skipped for this record if resume_endpoint() holds the row).
+    -- (skipped for this record if resume_endpoint() holds the row).  An
+    -- expired event was not sent: it says nothing of the receiver.
     WITH a AS (
         SELECT o.endpoint_id, o.outcome, o.status, o.error, o.n
           FROM unnest(outcomes) WITH ORDINALITY AS o(endpoint_id, id, event_id, attempt, outcome, next_at,
                                                      status, error, duration_ms, response, disable_reason, n)
-         WHERE o.outcome NOT IN ('deferred', 'already') AND o.endpoint_id <> ALL (skip)
+         WHERE o.outcome NOT IN ('deferred', 'already', 'expired') AND o.endpoint_id <> ALL (skip)
     ), s AS (
         SELECT a.endpoint_id,
                max(a.n) FILTER (WHERE a.outcome = 'delivered') AS last_ok,
@@ -1946,7 +2015,7 @@ BEGIN
         SELECT o.endpoint_id, min(o.disable_reason) AS reason
           FROM unnest(outcomes) o
          WHERE o.endpoint_id <> ALL (skip)
-           AND (o.outcome <> 'delivered' OR o.disable_reason IS NOT NULL)
+           AND (o.outcome NOT IN ('delivered', 'expired') OR o.disable_reason IS NOT NULL)
          GROUP BY o.endpoint_id
     )
     UPDATE outbox.endpoints ep
@@ -1983,8 +2052,10 @@ LANGUAGE sql VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off
 AS $$
-    INSERT INTO outbox.delayed (id, event_id, event_type, payload, key, headers, deliver_at, created_at)
-    SELECT DISTINCT ON (e.id) e.id, e.event_id, e.event_type, e.payload, e.key, e.headers, e.deliver_at, e.created_at
+    INSERT INTO outbox.delayed (id, event_id, event_type, payload, key, headers, deliver_at, created_at,
+                                expires_at, priority)
+    SELECT DISTINCT ON (e.id) e.id, e.event_id, e.event_type, e.payload, e.key, e.headers, e.deliver_at, e.created_at,
+           e.expires_at, e.priority
       FROM outbox.retries r JOIN outbox.events e ON e.id = r.id
      WHERE e.slot = s
      ORDER BY e.id
@@ -2182,8 +2253,8 @@ BEGIN
        AND NOT EXISTS (SELECT 1 FROM outbox.stream s WHERE s.system_identifier <> here) THEN
         RETURN;
     END IF;
-    INSERT INTO outbox.retries (endpoint_id, id, event_id, key, attempts, next_at)
-    SELECT p.endpoint_id, e.id, e.event_id, e.key, 0, greatest(now(), e.deliver_at)
+    INSERT INTO outbox.retries (endpoint_id, id, event_id, key, attempts, next_at, priority)
+    SELECT p.endpoint_id, e.id, e.event_id, e.key, 0, greatest(now(), e.deliver_at), coalesce(e.priority, 0)
       FROM outbox._positions p
       JOIN outbox.positions own ON own.endpoint_id = p.endpoint_id
       JOIN outbox.endpoints ep ON ep.id = p.endpoint_id

@@ -15,25 +15,28 @@
 # below (e.g. SCALE_LARGE=200000 bash bench/run.sh for a quick run).
 #
 # Cases 1 to 7 (issue 5) run with the relay settings below; cases 8 to 13
-# (issue 11: many endpoints, slow and dead receivers, HTTPS) and 14 (issue
-# 14: rate limits) run after them with every relay setting at the server's
-# default.  BENCH_CASES="8 9"
+# (issue 11: many endpoints, slow and dead receivers, HTTPS) run after them
+# with every relay setting at the server's default.  BENCH_CASES="8 9"
 # runs only the cases named ("perf" is the profile pass); such a run writes
 # bench/RESULTS.partial.md instead of RESULTS.md and draws no plots.  With
 # today's relay a whole run takes about 18 minutes on 2 cores, cases 8 to
 # 13 alone about 13 (three of their runs wait out MANY_TIMEOUT).
+# Case "expiry" (issue 14: one endpoint with expiry and priority in use
+# against off) runs only when named: BENCH_CASES="expiry" (MANY_EVENTS and
+# CONTROL_ROUNDS size it).  So does case "rate" (issue 14: rate limits;
+# the LIMIT_* variables and MANY_EVENTS size it).
 #
 # It installs the extension into the system's PostgreSQL, as the test suite
 # does, so it holds /tmp/outbox-test.lock (as scripts/test.sh does) while it
-# runs.  With BENCH_DESTDIR set it installs there instead (make DESTDIR=),
-# without the lock, and runs the PostgreSQL of PGBIN: a private relocatable
-# copy, e.g. BENCH_DESTDIR=/tmp/pgs PGBIN=/tmp/pgs/usr/lib/postgresql/15/bin.
+# runs.
 set -euo pipefail
 
 BENCH=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(dirname "$BENCH")
+# Another PostgreSQL 15 (a relocatable copy whose pg_config names its own
+# directories) may be named: outbox is installed into it instead, and the
+# lock below is not taken.
 PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
-BENCH_DESTDIR=${BENCH_DESTDIR:-}
 PY=/usr/bin/python3                 # Debian's, which has psycopg2
 
 EMIT_SECONDS=${EMIT_SECONDS:-4}             # case 1: each pgbench run
@@ -68,12 +71,13 @@ SLOW_EVENTS=${SLOW_EVENTS:-$((10000 * (SLOW_WARMUP + SLOW_SECONDS)))}  # twice t
 HANGING_ENDPOINTS=${HANGING_ENDPOINTS:-100} # case 12: of MANY_ENDPOINTS, never answering
 HANG_TIMEOUT=${HANG_TIMEOUT:-5 seconds}     # case 12: their timeout
 TLS_ROUNDS=${TLS_ROUNDS:-3}                 # case 13: rounds of http and https
-MANY_TIMEOUT=${MANY_TIMEOUT:-120}           # cases 8 to 14: longest wait for one delivery run
-LIMIT_RATE=${LIMIT_RATE:-500}               # case 14: the limited endpoint's rate_limit
-LIMIT_SECONDS=${LIMIT_SECONDS:-20}          # case 14: its backlog, in seconds at that rate
-LIMIT_HIGH=${LIMIT_HIGH:-1000000}           # case 14: a limit far above what one endpoint gets
-LIMIT_ROUNDS=${LIMIT_ROUNDS:-3}             # case 14: rounds without and with LIMIT_HIGH
-BENCH_CASES=${BENCH_CASES:-1 2 3 4 5 6 7 perf 8 9 10 11 12 13 14}
+CONTROL_ROUNDS=${CONTROL_ROUNDS:-3}         # case expiry: rounds of off and on
+LIMIT_RATE=${LIMIT_RATE:-500}               # case rate: the limited endpoint's rate_limit
+LIMIT_SECONDS=${LIMIT_SECONDS:-20}          # case rate: its backlog, in seconds at that rate
+LIMIT_HIGH=${LIMIT_HIGH:-1000000}           # case rate: a limit far above what one endpoint gets
+LIMIT_ROUNDS=${LIMIT_ROUNDS:-3}             # case rate: rounds without and with LIMIT_HIGH
+MANY_TIMEOUT=${MANY_TIMEOUT:-120}           # cases 8 to 13: longest wait for one delivery run
+BENCH_CASES=${BENCH_CASES:-1 2 3 4 5 6 7 perf 8 9 10 11 12 13}
 
 export LC_ALL=C.UTF-8
 unset PGHOSTADDR PGDATABASE PGSERVICE PGOPTIONS PGPASSWORD
@@ -83,11 +87,14 @@ die() { log "run.sh: $*" >&2; exit 1; }
 
 [ "$(id -u)" -eq 0 ] || die "run as root (it installs packages and runs PostgreSQL as postgres)"
 
-# One installer of the extension at a time: this, or scripts/test.sh.
-exec 9>/tmp/outbox-test.lock
-if [ -z "$BENCH_DESTDIR" ] && ! flock -n 9; then
-	log "waiting for /tmp/outbox-test.lock (a test or bench run is installing outbox)"
-	flock 9
+# One installer of the extension into the system's PostgreSQL at a time:
+# this, or scripts/test.sh.
+if [ "$PGBIN" = /usr/lib/postgresql/15/bin ]; then
+	exec 9>/tmp/outbox-test.lock
+	if ! flock -n 9; then
+		log "waiting for /tmp/outbox-test.lock (a test or bench run is installing outbox)"
+		flock 9
+	fi
 fi
 # Thousands of connections at once (cases 11 and 12): the receivers and
 # PostgreSQL inherit this.
@@ -140,20 +147,19 @@ install_packages()
 
 build_extension()
 {
-	local pg_config=$PGBIN/pg_config
-
 	log "building and installing outbox from $ROOT"
 	mkdir "$WORK/build"
 	(cd "$ROOT" && git ls-files -z -co --exclude-standard -- Makefile outbox.control 'outbox--*.sql' src |
 		tar --null -T - -cf -) | tar -xf - -C "$WORK/build"
-	# (into a private copy: the system's paths, under DESTDIR)
-	if [ -n "$BENCH_DESTDIR" ]; then
-		pg_config=/usr/lib/postgresql/15/bin/pg_config
-	fi
-	if ! make -C "$WORK/build" PG_CONFIG="$pg_config" ${BENCH_DESTDIR:+DESTDIR="$BENCH_DESTDIR"} \
-		-j2 install >"$WORK/build.log" 2>&1; then
-		cat "$WORK/build.log"
-		die "build failed"
+	if [ "$PGBIN" = /usr/lib/postgresql/15/bin ]; then
+		make -C "$WORK/build" PG_CONFIG="$PGBIN/pg_config" -j2 install >"$WORK/build.log" 2>&1 ||
+			{ cat "$WORK/build.log"; die "build failed"; }
+	else
+		# Built against the system's headers, copied into the other one.
+		make -C "$WORK/build" PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config -j2 >"$WORK/build.log" 2>&1 ||
+			{ cat "$WORK/build.log"; die "build failed"; }
+		cp "$WORK/build/outbox.so" "$("$PGBIN/pg_config" --pkglibdir)/"
+		cp "$WORK/build"/outbox.control "$WORK/build"/outbox--*.sql "$("$PGBIN/pg_config" --sharedir)/extension/"
 	fi
 }
 
@@ -281,14 +287,17 @@ new_endpoint()
 }
 
 # emit_backlog N [TYPES]: emit N bench.event events, 100,000 a transaction;
-# with TYPES, of types bench.e1 to bench.eTYPES in turn instead.
+# with TYPES, of types bench.e1 to bench.eTYPES in turn instead; with
+# TYPES "controls", with expires_at and priority (backlog_controls.sql).
 emit_backlog()
 {
 	local n=$1 first=1 last t=$SECONDS
 
 	while [ "$first" -le "$n" ]; do
 		last=$((first + 99999 > n ? n : first + 99999))
-		if [ -n "${2:-}" ]; then
+		if [ "${2:-}" = controls ]; then
+			psql_q -v first="$first" -v last="$last" -f "$BENCH/sql/backlog_controls.sql" >/dev/null
+		elif [ -n "${2:-}" ]; then
 			psql_q -v first="$first" -v last="$last" -v types="$2" -f "$BENCH/sql/backlog_types.sql" >/dev/null
 		else
 			psql_q -v first="$first" -v last="$last" -f "$BENCH/sql/backlog.sql" >/dev/null
@@ -296,7 +305,11 @@ emit_backlog()
 		first=$((last + 1))
 		[ "$n" -ge 500000 ] && log "  emitted $last/$n"
 	done
-	log "  emitted $n events${2:+ of $2 types} in $((SECONDS - t)) s"
+	if [ "${2:-}" = controls ]; then
+		log "  emitted $n events with expires_at and priority in $((SECONDS - t)) s"
+	else
+		log "  emitted $n events${2:+ of $2 types} in $((SECONDS - t)) s"
+	fi
 }
 
 # follow_stream PREFIX COUNT: wait until COUNT endpoints named PREFIX...
@@ -967,17 +980,52 @@ case_tls()
 	done
 }
 
-# Case 14: rate limits (issue 14).  One endpoint limited to LIMIT_RATE
+# Case "expiry" (issue 14, items 2 and 3): case 8's one endpoint, with
+# expiry and priority off (plain events, no max_age) and on (every event
+# with an expires_at a day ahead and a priority of 0, 1 or 2, the endpoint
+# with a max_age of a day: every delivery's deadline is checked and every
+# page sorted), rounds in turn, which goes first alternating from round to
+# round; the medians count, on against off.
+case_controls()
+{
+	local round mode modes
+
+	use_default_settings
+	log "case expiry: one endpoint, $MANY_EVENTS events, expiry and priority off and on;" \
+		"$CONTROL_ROUNDS rounds in turn (the medians count)"
+	for round in $(seq "$CONTROL_ROUNDS"); do
+		modes="off on"
+		[ $((round % 2)) -eq 1 ] || modes="on off"
+		for mode in $modes; do
+			fresh_outbox
+			new_endpoint "ctl_$mode$round" "http://127.0.0.1:$NGINX_PORT/ctl"
+			if [ "$mode" = on ]; then
+				sql "SELECT outbox.alter_endpoint('ctl_$mode$round', max_age => '1 day')" >/dev/null
+				emit_backlog "$MANY_EVENTS" controls
+			else
+				emit_backlog "$MANY_EVENTS"
+			fi
+			deliver "ctl_${mode}_$round" "ctl_$mode$round" "ctl_$mode$round" "$MANY_EVENTS" "$MANY_TIMEOUT"
+			check_delivered "ctl_$mode$round" "$MANY_EVENTS"
+		done
+	done
+	for mode in off on; do
+		keep_median_round "ctl_$mode"
+	done
+	log "  expiry and priority on: $(figure ctl_on.rate)/s, off: $(figure ctl_off.rate)/s"
+}
+
+# Case "rate" (issue 14, item 1): one endpoint limited to LIMIT_RATE
 # requests a second, with LIMIT_SECONDS worth of events waiting: the rate it
 # gets against its limit.  Then case 8's endpoint without a limit and with
-# one far above what it gets (LIMIT_HIGH), rounds in turn (the medians
-# count): what keeping the limit costs.
+# one far above what it gets (LIMIT_HIGH), rounds in turn, which goes first
+# alternating from round to round; the medians count, on against off.
 case_rate_limit()
 {
 	local round mode modes n=$((LIMIT_RATE * LIMIT_SECONDS))
 
 	use_default_settings
-	log "case 14: one endpoint with rate_limit $LIMIT_RATE, $n events waiting"
+	log "case rate: one endpoint with rate_limit $LIMIT_RATE, $n events waiting"
 	fresh_outbox
 	new_endpoint limited "http://127.0.0.1:$NGINX_PORT/limited"
 	sql "SELECT outbox.alter_endpoint('limited', rate_limit => $LIMIT_RATE)" >/dev/null
@@ -988,10 +1036,8 @@ case_rate_limit()
 	log "  one endpoint, $MANY_EVENTS events, without a limit and with rate_limit $LIMIT_HIGH;" \
 		"$LIMIT_ROUNDS rounds in turn (the medians count)"
 	for round in $(seq "$LIMIT_ROUNDS"); do
-		# (which goes first alternates: the second of a round may find the
-		# first's writes still being vacuumed or checkpointed)
 		modes="off on"
-		[ $((round % 2)) -eq 0 ] && modes="on off"
+		[ $((round % 2)) -eq 1 ] || modes="on off"
 		for mode in $modes; do
 			fresh_outbox
 			new_endpoint "limit_$mode$round" "http://127.0.0.1:$NGINX_PORT/one"
@@ -1058,11 +1104,12 @@ main()
 	run_case 11 case_slow_receiver
 	run_case 12 case_hanging_endpoints
 	run_case 13 case_tls
-	run_case 14 case_rate_limit
+	run_case expiry case_controls
+	run_case rate case_rate_limit
 
 	result env.seconds "$(($(date +%s) - T0))"
 	result env.cases "${BENCH_CASES// /,}"
-	if [ "$BENCH_CASES" = "1 2 3 4 5 6 7 perf 8 9 10 11 12 13 14" ]; then
+	if [ "$BENCH_CASES" = "1 2 3 4 5 6 7 perf 8 9 10 11 12 13" ]; then
 		"$PY" "$BENCH/report.py" --results "$RESULTS" --work "$WORK" --out "$BENCH"
 		log "done in $(($(date +%s) - T0)) s; wrote $BENCH/RESULTS.md and $BENCH/*.png"
 	else

@@ -27,7 +27,7 @@ RESET ROLE;
 
 -- The grants the README recommends for an application role.
 GRANT USAGE ON SCHEMA outbox TO regress_outbox_app;
-GRANT EXECUTE ON FUNCTION outbox.emit(text, jsonb, text, jsonb, timestamptz, text),
+GRANT EXECUTE ON FUNCTION outbox.emit(text, jsonb, text, jsonb, timestamptz, text, timestamptz, integer),
                           outbox.mark_processed(text, text),
                           outbox.mark_processed(text, uuid)
    TO regress_outbox_app;

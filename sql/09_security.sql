@@ -17,7 +17,7 @@ CREATE ROLE regress_outbox_usage LOGIN;
 CREATE ROLE regress_outbox_app LOGIN;
 GRANT USAGE ON SCHEMA outbox TO regress_outbox_usage, regress_outbox_app;
 -- README, "Privileges".
-GRANT EXECUTE ON FUNCTION outbox.emit(text, jsonb, text, jsonb, timestamptz, text),
+GRANT EXECUTE ON FUNCTION outbox.emit(text, jsonb, text, jsonb, timestamptz, text, timestamptz, integer),
                           outbox.mark_processed(text, text),
                           outbox.mark_processed(text, uuid) TO regress_outbox_app;
 

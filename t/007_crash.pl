@@ -7,7 +7,10 @@
 # server is stopped with -m immediate and started again.  Once the backlog
 # is empty, the receiver's log is checked against outbox.events and against
 # what the clients know they committed and rolled back:
-#   - every committed event reached every endpoint subscribed to it (lost: 0);
+#   - every committed event reached every endpoint subscribed to it (lost: 0),
+#     except the one in twenty emitted already expired (expires_at => now()),
+#     which reached none and is recorded expired at each instead: settled,
+#     not lost;
 #   - no event of a rolled-back or crashed transaction arrived (phantom: 0);
 #   - every duplicate is a request first received just before the crash (or
 #     after it, still on the wire) and sent again by the restarted relay: the
@@ -146,14 +149,15 @@ sub plan_client
 		for my $k (0 .. int(rand(5)))
 		{
 			my $type = $n_bulk > 0 && rand() < 0.5 ? 'bulk.' . int(rand($n_bulk)) : $types[ int(rand(@types)) ];
-			push @events, { id => "$round.$c.$t.$k", type => $type };
+			push @events, { id => "$round.$c.$t.$k", type => $type, exp => rand() < 0.05 ? 1 : 0 };
 		}
 		my $sql = "BEGIN;\nSELECT "
 		  . join(', ',
 			map {
 				"outbox.emit('$_->{type}', '"
 				  . qq({"id": "$_->{id}", "r": $round, "c": $c, "t": $t, "rb": )
-				  . ($rb ? 'true' : 'false') . "}')"
+				  . ($rb ? 'true' : 'false') . "}'"
+				  . ($_->{exp} ? ', expires_at => now())' : ')')
 			} @events)
 		  . ";\nSELECT pg_sleep(" . sprintf('%.4f', rand(0.01)) . ");\n"
 		  . ($rb ? "ROLLBACK;\n\\echo R $t\n" : "COMMIT;\n\\echo C $t\n");
@@ -210,7 +214,7 @@ for my $round (1 .. scalar(@kinds))
 	{
 		for my $tx (grep { !$_->{rb} } @{ $p->{txns} })
 		{
-			$expected += scalar(paths_for($_->{type})) for @{ $tx->{events} };
+			$expected += scalar(paths_for($_->{type})) for grep { !$_->{exp} } @{ $tx->{events} };
 		}
 	}
 	# The crash comes once this many requests arrived: somewhere in
@@ -355,12 +359,16 @@ SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'outbox relay' AN
 	my %db;    # webhook-id => event
 	my %db_by_payload;
 	for my $line (split /\n/, $node->safe_psql('postgres', qq{
-SELECT event_id, event_type, payload->>'id' FROM outbox.events WHERE (payload->>'r')::int = $round}))
+SELECT event_id, event_type, payload->>'id', expires_at IS NOT NULL
+  FROM outbox.events WHERE (payload->>'r')::int = $round}))
 	{
-		my ($eid, $type, $pid) = split /\|/, $line;
-		$db{$eid} = { type => $type, id => $pid };
+		my ($eid, $type, $pid, $exp) = split /\|/, $line;
+		$db{$eid} = { type => $type, id => $pid, exp => $exp eq 't' };
 		$db_by_payload{$pid} = $eid;
 	}
+	# Deliveries recorded expired, by receiver path and webhook-id.
+	my %expired = map { $_ => 1 } split /\n/, $node->safe_psql('postgres', q{
+SELECT '/' || a.endpoint || ' ' || a.event_id FROM outbox.attempts a WHERE a.error = 'expired'});
 
 	my $phantom = 0;
 	my @problems;
@@ -430,12 +438,28 @@ SELECT event_id, event_type, payload->>'id' FROM outbox.events WHERE (payload->>
 		close $fh;
 	}
 
-	# Lost: a committed event missing at an endpoint subscribed to it.
-	my ($lost, $deliveries) = (0, 0);
+	# Lost: a committed event missing at an endpoint subscribed to it.  One
+	# emitted expired must not arrive, and must be recorded expired there.
+	my ($lost, $deliveries, $n_expired) = (0, 0, 0);
 	for my $eid (keys %db)
 	{
 		for my $path (paths_for($db{$eid}{type}))
 		{
+			if ($db{$eid}{exp})
+			{
+				$n_expired++;
+				if ($n{"$path $eid"})
+				{
+					$phantom++;
+					push @problems, "expired: $db{$eid}{id} ($eid) was sent to $path";
+				}
+				elsif (!$expired{"$path $eid"})
+				{
+					$lost++;
+					push @problems, "lost: $db{$eid}{id} ($eid), expired, is not recorded expired at $path";
+				}
+				next;
+			}
 			$deliveries++;
 			next if $n{"$path $eid"};
 			$lost++;
@@ -470,15 +494,16 @@ SELECT event_id, event_type, payload->>'id' FROM outbox.events WHERE (payload->>
 	my $in_flight = grep { $first{$_} >= $t_crash && $first{$_} < $t_relay } keys %first;
 
 	diag sprintf(
-		"round %d (%s): crash after %d of ~%d requests%s; %d events (%d in-doubt committed), %d deliveries, %d requests; "
+		"round %d (%s): crash after %d of ~%d requests%s; %d events (%d in-doubt committed), %d deliveries, %d expired, %d requests; "
 		  . "lost %d, phantom %d, duplicates %d (oldest first receipt %.0f ms before the crash), %d on the wire at the crash, relay errors %d",
 		$round, $kind, $trigger, $expected, @cut ? ', ' . scalar(@cut) . ' clients cut off' : '',
-		scalar(keys %db), $indoubt_committed, $deliveries, $requests, $lost, $phantom, $dup, $max_age * 1000,
+		scalar(keys %db), $indoubt_committed, $deliveries, $n_expired, $requests, $lost, $phantom, $dup, $max_age * 1000,
 		$in_flight, $errors);
 	diag $_ for @problems[ 0 .. ($#problems < 9 ? $#problems : 9) ];
 
 	is($lost_commits, 0, "round $round: every acknowledged commit is in outbox.events");
-	is($lost, 0, "round $round: every committed event reached every endpoint subscribed to it");
+	is($lost, 0, "round $round: every committed event reached every endpoint subscribed to it, or was recorded expired there");
+	cmp_ok($n_expired, '>', 0, "round $round: some deliveries expired");
 	is($phantom, 0, "round $round: no rolled-back, cut-off or unsubscribed event arrived");
 	is($outside, 0, "round $round: every duplicate lies in the documented window");
 	cmp_ok(scalar(keys %db), '>', 0, "round $round: events were committed");

@@ -18,7 +18,7 @@ my ($url, $log, $receiver) = start_receiver();
 sql(q{
 CREATE ROLE app LOGIN;
 GRANT USAGE ON SCHEMA outbox TO app;
-GRANT EXECUTE ON FUNCTION outbox.emit(text, jsonb, text, jsonb, timestamptz, text) TO app;
+GRANT EXECUTE ON FUNCTION outbox.emit(text, jsonb, text, jsonb, timestamptz, text, timestamptz, integer) TO app;
 });
 
 my $admin_token = 'Bearer ADMIN-7f3a91c2e5';

@@ -46,6 +46,7 @@ static bool endpoints_changed_in_xact = false;
 static bool callback_registered = false;
 
 static SPIPlanPtr insert_plan = NULL;
+static SPIPlanPtr insert_plan_controls = NULL;	/* with expires_at, priority */
 static SPIPlanPtr dedupe_insert_plan = NULL;
 static SPIPlanPtr dedupe_lookup_plan = NULL;
 
@@ -179,8 +180,12 @@ dedupe_existing(Datum dedupe_key, pg_uuid_t *event_id)
 }
 
 /*
- * outbox.emit(event_type, payload, key, headers, deliver_at, dedupe_key)
- * returns uuid.  See the file header.
+ * outbox.emit(event_type, payload, key, headers, deliver_at, dedupe_key,
+ * expires_at, priority) returns uuid.  See the file header.  An event with
+ * neither an expires_at nor a priority other than 0 goes in with the INSERT
+ * of before 1.5 (its new columns NULL), so that it costs what it did; so
+ * does every event of a database whose SQL is still older than 1.5 (its
+ * emit() passes six arguments, and its events table has no such columns).
  */
 Datum
 emit(PG_FUNCTION_ARGS)
@@ -188,8 +193,10 @@ emit(PG_FUNCTION_ARGS)
 	text	   *event_type;
 	pg_uuid_t  *event_id;
 	Datum		result;
-	Datum		args[7];
-	char		nulls[7];
+	Datum		args[8];
+	char		nulls[8];
+	int32		priority = 0;
+	bool		controls;
 	int			rc;
 
 	/* Check every argument before anything is written. */
@@ -249,6 +256,32 @@ emit(PG_FUNCTION_ARGS)
 							   OUTBOX_MAX_DELAY_DAYS, timestamptz_to_str(deliver_at))));
 	}
 	check_text_arg(fcinfo, 5, "dedupe_key");
+	if (PG_NARGS() > 7 && !PG_ARGISNULL(7))
+		priority = PG_GETARG_INT32(7);
+	if (priority < PG_INT16_MIN || priority > PG_INT16_MAX)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("priority must be between %d and %d", PG_INT16_MIN, PG_INT16_MAX),
+				 errdetail("The value given was %d.", priority)));
+	controls = priority != 0 || (PG_NARGS() > 6 && !PG_ARGISNULL(6));
+	if (PG_NARGS() > 6 && !PG_ARGISNULL(6))
+	{
+		TimestampTz expires_at = PG_GETARG_TIMESTAMPTZ(6);
+
+		if (TIMESTAMP_NOT_FINITE(expires_at))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("expires_at must be a finite timestamp"),
+					 errhint("Pass NULL for an event that does not expire.")));
+		/* One that expires before it may go would never go. */
+		if (!PG_ARGISNULL(4) && expires_at <= PG_GETARG_TIMESTAMPTZ(4))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("expires_at must be later than deliver_at"),
+					 errdetail("expires_at is %s and deliver_at %s.",
+							   timestamptz_to_str(expires_at),
+							   timestamptz_to_str(PG_GETARG_TIMESTAMPTZ(4)))));
+	}
 
 	event_id = palloc(sizeof(pg_uuid_t));
 	make_uuid_v7(event_id);
@@ -263,7 +296,7 @@ emit(PG_FUNCTION_ARGS)
 		PG_RETURN_DATUM(result);
 	}
 
-	if (insert_plan == NULL)
+	if (!controls && insert_plan == NULL)
 	{
 		Oid			types[6] = {UUIDOID, TEXTOID, JSONBOID, TEXTOID, JSONBOID, TIMESTAMPTZOID};
 
@@ -274,13 +307,33 @@ emit(PG_FUNCTION_ARGS)
 								   "$2, $3, $4, $5, $6, now() FROM outbox.queue q",
 								   6, types);
 	}
+	if (controls && insert_plan_controls == NULL)
+	{
+		Oid			types[8] = {UUIDOID, TEXTOID, JSONBOID, TEXTOID, JSONBOID, TIMESTAMPTZOID,
+		TIMESTAMPTZOID, INT2OID};
+
+		insert_plan_controls = outbox_prepare_kept(
+												"INSERT INTO outbox.events "
+												"(id, slot, event_id, txid, event_type, payload, key, headers, deliver_at, created_at, "
+												"expires_at, priority) "
+												"SELECT nextval('outbox.event_seq'), q.cur_slot, $1, pg_current_xact_id(), "
+												"$2, $3, $4, $5, $6, now(), $7, $8 FROM outbox.queue q",
+												8, types);
+	}
 
 	for (int i = 0; i < 6; i++)
 	{
 		args[i] = i == 0 ? result : PG_GETARG_DATUM(i - 1);
 		nulls[i] = (i > 0 && PG_ARGISNULL(i - 1)) ? 'n' : ' ';
 	}
-	rc = SPI_execute_plan(insert_plan, args, nulls, false, 0);
+	if (controls)
+	{
+		args[6] = PG_ARGISNULL(6) ? (Datum) 0 : PG_GETARG_DATUM(6);
+		nulls[6] = PG_ARGISNULL(6) ? 'n' : ' ';
+		args[7] = Int16GetDatum((int16) priority);
+		nulls[7] = priority == 0 ? 'n' : ' ';
+	}
+	rc = SPI_execute_plan(controls ? insert_plan_controls : insert_plan, args, nulls, false, 0);
 	if (rc != SPI_OK_INSERT || SPI_processed != 1)
 		elog(ERROR, "inserting event failed: %s", SPI_result_code_string(rc));
 	SPI_finish();

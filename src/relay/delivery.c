@@ -12,6 +12,7 @@
 #include "postgres.h"
 
 #include "delivery.h"
+#include "policy.h"
 
 /*
  * A new batch of n deliveries for ep, zeroed, in cxt: a memory context of
@@ -49,7 +50,8 @@ delivery_event_body(const StreamEvent *e, OutboxFormat format)
 
 /*
  * Fill d, of batch b, with what it takes from event e: everything but the
- * body and what the relay decides.  Strings are shared with e.
+ * body and what the relay decides.  Its deadline is e's expires_at or b's
+ * endpoint's max_age, whichever comes first.  Strings are shared with e.
  */
 void
 delivery_of_event(Delivery *d, Batch *b, const StreamEvent *e)
@@ -64,6 +66,8 @@ delivery_of_event(Delivery *d, Batch *b, const StreamEvent *e)
 	d->event_headers = e->headers;
 	d->n_event_headers = e->n_headers;
 	d->deliver_at = e->deliver_at;
+	d->deadline = policy_deadline(e->expires_at, e->emitted_at, b->ep->max_age_ms);
+	d->priority = e->priority;
 }
 
 /*

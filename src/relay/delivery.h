@@ -57,6 +57,7 @@ typedef struct RelayEndpoint
 	long		timeout_ms;
 	int			max_attempts;
 	bool		ordered;
+	int64		max_age_ms;		/* events older go unsent (expired); 0: none */
 	int			in_flight;		/* its requests in flight */
 	struct Batch *page;			/* page of new events in flight: its own, or
 								 * its part of the stream's page; or NULL */
@@ -115,8 +116,12 @@ typedef struct Delivery
 	bool		deferred;		/* not sent now: deliver_at is later, or an
 								 * earlier event of its key is still owed */
 	bool		already;		/* answered with a 2xx before a restart */
+	bool		expired;		/* not sent: its deadline passed */
 	bool		recorded;		/* its outcome is committed */
 	TimestampTz deliver_at;
+	TimestampTz deadline;		/* not sent from then on; 0: none
+								 * (policy_deadline) */
+	int16		priority;		/* higher is submitted first (priority.c) */
 	const char *type;
 	TimestampTz emitted_at;
 	char	   *key;
@@ -146,6 +151,8 @@ typedef struct StreamEvent
 										 * routed to an endpoint of it */
 	char	  **headers;		/* "name: value" lines */
 	int			n_headers;
+	TimestampTz expires_at;		/* 0: none */
+	int16		priority;
 } StreamEvent;
 
 /*

@@ -14,6 +14,10 @@
  * A receiver may also answer "webhook-delivery: abort-message" (dead
  * letter now) or "disable".
  *
+ * An event's deadline is the earlier of its expires_at and its emit time
+ * plus its endpoint's max_age; from then on it is not sent, nor retried,
+ * but recorded as expired (DESIGN.md, "Expiry and priority").
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -181,4 +185,30 @@ policy_outcome_kind(Outcome o)
 			return OUTCOME_KIND_DEAD;
 	}
 	return OUTCOME_KIND_RETRY;
+}
+
+/*
+ * When a delivery expires: the earlier of expires_at (0: none) and
+ * emitted_at plus max_age_ms (0: none); 0 when neither applies.
+ */
+TimestampTz
+policy_deadline(TimestampTz expires_at, TimestampTz emitted_at, int64 max_age_ms)
+{
+	TimestampTz deadline = expires_at;
+
+	if (max_age_ms > 0)
+	{
+		TimestampTz aged = emitted_at + max_age_ms * INT64CONST(1000);
+
+		if (deadline == 0 || aged < deadline)
+			deadline = aged;
+	}
+	return deadline;
+}
+
+/* Is a delivery with this deadline (0: none) expired at now? */
+bool
+policy_expired(TimestampTz deadline, TimestampTz now)
+{
+	return deadline != 0 && now >= deadline;
 }

@@ -9,6 +9,8 @@
 #ifndef OUTBOX_POLICY_H
 #define OUTBOX_POLICY_H
 
+#include "datatype/timestamp.h"
+
 typedef enum Outcome
 {
 	OUTCOME_DELIVERED,
@@ -28,8 +30,10 @@ typedef enum OutcomeKind
 	OUTCOME_KIND_DEAD,			/* given up: a dead letter */
 	OUTCOME_KIND_DEFERRED,		/* not sent: deliver_at is later, or it waits
 								 * behind its key */
-	OUTCOME_KIND_ALREADY		/* answered with a 2xx before a restart; not
+	OUTCOME_KIND_ALREADY,		/* answered with a 2xx before a restart; not
 								 * sent again */
+	OUTCOME_KIND_EXPIRED		/* not sent: past its event's expires_at or
+								 * its endpoint's max_age (policy_deadline) */
 } OutcomeKind;
 
 #define OUTBOX_MAX_SCHEDULE 32
@@ -47,5 +51,7 @@ extern double policy_backoff(const RetrySchedule *schedule, int attempt,
 extern double policy_retry_after(const char *value, double now);
 extern bool policy_wants_disable(Outcome o, const char *delivery_header);
 extern OutcomeKind policy_outcome_kind(Outcome o);
+extern TimestampTz policy_deadline(TimestampTz expires_at, TimestampTz emitted_at, int64 max_age_ms);
+extern bool policy_expired(TimestampTz deadline, TimestampTz now);
 
 #endif							/* OUTBOX_POLICY_H */

@@ -50,6 +50,7 @@
 #include "guc.h"
 #include "limit.h"
 #include "policy.h"
+#include "priority.h"
 #include "route.h"
 #include "sender.h"
 #include "shmem.h"
@@ -348,6 +349,22 @@ defer(Delivery *d, TimestampTz next_at)
 }
 
 /*
+ * Settle a delivery without sending it because its deadline passed (its
+ * expires_at, or its endpoint's max_age): recorded as expired, as the
+ * attempt it would have been (DESIGN.md, "Expiry and priority").  Settled,
+ * not owed: its retry row goes, and its page moves its position on.
+ */
+static void
+expire(Delivery *d)
+{
+	d->expired = true;
+	d->deferred = false;
+	d->next_at = 0;
+	d->attempt = Max(d->attempt, 1);
+	settle(d, OUTCOME_KIND_EXPIRED);
+}
+
+/*
  * A new event's delivery goes as a first attempt, or waits: until its
  * deliver_at, or, on an ordered endpoint, behind an earlier event of its
  * key (blocked: due now, sent as a retry once that one is settled).
@@ -470,6 +487,7 @@ load_endpoints(void)
 		memcpy(ep->old_key, row->old_key, row->old_keylen);
 		ep->old_keylen = row->old_keylen;
 		ep->max_in_flight = row->max_in_flight;
+		ep->max_age_ms = row->max_age_ms;
 		limit_set_rate(ep, row->rate_limit, now);
 		/* Changed (altered, paused, resumed): a Retry-After's pause ends. */
 		if (found && row->changed_at != ep->changed_at)
@@ -741,6 +759,7 @@ route_page(StreamPage *p)
 		RelayEndpoint *ep = (RelayEndpoint *) lfirst(lc);
 		Batch	   *b = ep->part;
 
+		priority_order(b);
 		link_same_key(b);
 		ep->page = b;
 		ep->part = NULL;
@@ -1043,6 +1062,7 @@ read_step(void *arg)
 			ep->page = read_own_page(ep);
 			if (ep->page)
 			{
+				priority_order(ep->page);
 				link_same_key(ep->page);
 				dlist_push_tail(&unconfirmed, &ep->page->node);
 			}
@@ -1168,6 +1188,8 @@ read_round(bool full)
 			d->state = DELIVERY_WAITING;
 			if (d->already)
 				settle(d, OUTCOME_KIND_ALREADY);
+			else if (policy_expired(d->deadline, b->last_flush))
+				expire(d);
 			else if (d->deferred)
 				defer(d, d->deliver_at);
 		}
@@ -1581,7 +1603,7 @@ pump_batch(Batch *b, int limit, int slots, TimestampTz now)
 				continue;
 			}
 			if (prev->outcome != OUTCOME_KIND_DELIVERED && prev->outcome != OUTCOME_KIND_DEAD &&
-				prev->outcome != OUTCOME_KIND_ALREADY)
+				prev->outcome != OUTCOME_KIND_ALREADY && prev->outcome != OUTCOME_KIND_EXPIRED)
 			{
 				defer(d, GetCurrentTimestamp());
 				continue;
@@ -1593,6 +1615,13 @@ pump_batch(Batch *b, int limit, int slots, TimestampTz now)
 				b->next_submit = i;
 			return PUMP_AT_LIMIT;
 		}
+		/* Checked again as it would go: it may have waited for slots. */
+		if (d->deadline != 0 && policy_expired(d->deadline, GetCurrentTimestamp()))
+		{
+			expire(d);
+			continue;
+		}
+		/* (an expired one takes no token: it is not sent) */
 		if (!limit_take(b->ep, now))
 		{
 			if (all_settled)
@@ -1730,6 +1759,9 @@ collect(void)
 											  pg_prng_double(&pg_global_prng_state) * 2.0 - 1.0);
 
 			d->next_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), (int64) (wait * 1000.0));
+			/* Due when it expires at the latest: recorded expired then. */
+			if (d->deadline != 0 && d->next_at > d->deadline)
+				d->next_at = d->deadline;
 		}
 		/*
 		 * A 429 or 503 with Retry-After pauses the whole endpoint until
@@ -1834,7 +1866,7 @@ outcome_rows(const RecordRound *r, OutcomeRow **rows)
 			o->attempt = d->attempt;
 			o->outcome = d->outcome;
 			o->next_at = d->next_at;
-			o->sent = !d->deferred && !d->already;
+			o->sent = !d->deferred && !d->already && !d->expired;
 			o->status = d->req.status;
 			o->error = d->req.error;
 			o->duration_ms = d->req.duration_ms;

@@ -153,6 +153,7 @@ store_load_endpoints(EndpointRow **rows, MemoryContext cxt)
 				c_follows,
 				c_max_in_flight,
 				c_format,
+				c_max_age,
 				c_rate_limit,
 				c_changed_at;
 
@@ -178,6 +179,7 @@ store_load_endpoints(EndpointRow **rows, MemoryContext cxt)
 	c_follows = SPI_fnumber(desc, "follows");
 	c_max_in_flight = SPI_fnumber(desc, "max_in_flight");
 	c_format = SPI_fnumber(desc, "format");
+	c_max_age = SPI_fnumber(desc, "max_age_ms");
 	c_rate_limit = SPI_fnumber(desc, "rate_limit");
 	c_changed_at = SPI_fnumber(desc, "changed_at");
 
@@ -222,6 +224,9 @@ store_load_endpoints(EndpointRow **rows, MemoryContext cxt)
 		if (isnull)
 			row->max_in_flight = 0;
 		row->format_ok = outbox_format_from_name(col_text(tup, desc, c_format), &row->format);
+		row->max_age_ms = DatumGetInt64(col_datum(tup, desc, c_max_age, &isnull));
+		if (isnull)
+			row->max_age_ms = 0;
 		row->rate_limit = DatumGetFloat8(col_datum(tup, desc, c_rate_limit, &isnull));
 		if (isnull)
 			row->rate_limit = 0;
@@ -248,8 +253,8 @@ copy_header_lines(Datum arr, char ***lines)
 
 /*
  * Run a read plan (the stream, a page, due retries) and copy the events it
- * returned into cxt: id, event_id, event_type, key, emitted_at, data and
- * header_lines, which every reader returns, and those of deliver_at,
+ * returned into cxt: id, event_id, event_type, key, emitted_at, data,
+ * header_lines, expires_at and priority, which every reader returns, and those of deliver_at,
  * delivered, blocked, attempts, batch and bytes_cut that it returns.  False
  * when it returned nothing.  limit is the plan's: a page shorter than it,
  * and not cut by outbox.batch_bytes, ended its batch.
@@ -273,7 +278,9 @@ read_events(SPIPlanPtr plan, Datum *args, bool read_only, int limit,
 				c_blocked,
 				c_attempts,
 				c_batch,
-				c_bytes_cut;
+				c_bytes_cut,
+				c_expires_at,
+				c_priority;
 	bool		isnull;
 
 	rc = SPI_execute_plan(plan, args, NULL, read_only, 0);
@@ -291,6 +298,8 @@ read_events(SPIPlanPtr plan, Datum *args, bool read_only, int limit,
 	c_emitted = SPI_fnumber(desc, "emitted_at");
 	c_data = SPI_fnumber(desc, "data");
 	c_headers = SPI_fnumber(desc, "header_lines");
+	c_expires_at = SPI_fnumber(desc, "expires_at");
+	c_priority = SPI_fnumber(desc, "priority");
 	/* (SPI_ERROR_NOATTRIBUTE, below 1, where the reader returns none) */
 	c_deliver_at = SPI_fnumber(desc, "deliver_at");
 	c_delivered = SPI_fnumber(desc, "delivered");
@@ -322,6 +331,9 @@ read_events(SPIPlanPtr plan, Datum *args, bool read_only, int limit,
 		e->data = TextDatumGetCString(col_datum(tup, desc, c_data, &isnull));
 		e->data_len = strlen(e->data);
 		e->n_headers = copy_header_lines(col_datum(tup, desc, c_headers, &isnull), &e->headers);
+		v = col_datum(tup, desc, c_expires_at, &isnull);
+		e->expires_at = isnull ? 0 : DatumGetTimestampTz(v);
+		e->priority = DatumGetInt16(col_datum(tup, desc, c_priority, &isnull));
 		if (c_deliver_at > 0)
 		{
 			v = col_datum(tup, desc, c_deliver_at, &isnull);
@@ -364,7 +376,7 @@ store_read_page(int endpoint_id, int limit, bool verify, EventRows *rows, Memory
 		Oid			types[4] = {INT4OID, INT4OID, BOOLOID, INT8OID};
 
 		plan = outbox_prepare_kept("SELECT id, event_id, event_type, deliver_at, key, emitted_at, data, header_lines, batch, "
-								   "blocked, delivered, bytes_cut "
+								   "blocked, delivered, bytes_cut, expires_at, priority "
 								   "FROM outbox._read_page($1, $2, $3, $4)", 4, types);
 	}
 	args[0] = Int32GetDatum(endpoint_id);
@@ -390,7 +402,8 @@ store_read_due(int endpoint_id, int limit, bool verify, EventRows *rows, MemoryC
 	{
 		Oid			types[4] = {INT4OID, INT4OID, BOOLOID, INT8OID};
 
-		plan = outbox_prepare_kept("SELECT id, event_id, event_type, attempts, key, emitted_at, data, header_lines, delivered "
+		plan = outbox_prepare_kept("SELECT id, event_id, event_type, attempts, key, emitted_at, data, header_lines, delivered, "
+								   "expires_at, priority "
 								   "FROM outbox._read_due($1, $2, $3, $4)", 4, types);
 	}
 	args[0] = Int32GetDatum(endpoint_id);
@@ -415,7 +428,7 @@ store_read_stream(int limit, EventRows *rows, MemoryContext cxt)
 		Oid			types[2] = {INT4OID, INT8OID};
 
 		plan = outbox_prepare_kept("SELECT id, event_id, event_type, deliver_at, key, emitted_at, "
-								   "data, header_lines, batch, bytes_cut "
+								   "data, header_lines, batch, bytes_cut, expires_at, priority "
 								   "FROM outbox._read_stream($1, $2)", 2, types);
 	}
 	args[0] = Int32GetDatum(limit);
@@ -581,6 +594,7 @@ static const char *const outcome_kind_labels[] = {
 	[OUTCOME_KIND_DEAD] = "dead",
 	[OUTCOME_KIND_DEFERRED] = "deferred",
 	[OUTCOME_KIND_ALREADY] = "already",
+	[OUTCOME_KIND_EXPIRED] = "expired",
 };
 
 #define OUTCOME_KINDS lengthof(outcome_kind_labels)

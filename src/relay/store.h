@@ -45,6 +45,7 @@ typedef struct EndpointRow
 	uint8		old_key[OUTBOX_KEY_MAX];
 	int			old_keylen;		/* 0: no previous secret, or an invalid one */
 	int			max_in_flight;	/* 0: NULL, outbox.endpoint_concurrency */
+	int64		max_age_ms;		/* 0: NULL, no limit */
 	bool		format_ok;		/* its format is known: format is set */
 	OutboxFormat format;
 	double		rate_limit;		/* requests a second; 0: NULL, none */

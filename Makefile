@@ -21,6 +21,7 @@ OBJS = \
 	src/target/format.o \
 	src/target/http.o \
 	src/target/address.o \
+	src/target/auth.o \
 	src/relay/policy.o \
 	src/relay/delivery.o \
 	src/relay/priority.o \
@@ -29,7 +30,8 @@ OBJS = \
 	src/relay/route.o \
 	src/relay/limit.o \
 	src/relay/relay.o \
-	src/relay/sender.o
+	src/relay/sender.o \
+	src/relay/credentials.o
 DATA = $(wildcard outbox--*.sql)
 
 PG_CONFIG ?= pg_config

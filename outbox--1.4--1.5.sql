@@ -337,8 +337,34 @@ CREATE INDEX retries_due_idx ON outbox.retries (endpoint_id, priority DESC, next
 -- endpoint_status counts each endpoint's expired events; only they are indexed.
 CREATE INDEX attempt_log_expired_idx ON outbox.attempt_log (endpoint_id) WHERE error = 'expired';
 
+----------------------------------------------------------------------------
+-- Client authentication (README, "Client authentication")
+----------------------------------------------------------------------------
+
+-- Kept with the signing secrets: readable only by the extension owner and
+-- superusers, and shown in no view.
+ALTER TABLE outbox.endpoint_secrets ADD COLUMN auth jsonb;
+COMMENT ON COLUMN outbox.endpoint_secrets.auth IS
+    'client authentication: {"bearer": ...}, {"client_cert": ..., "client_key": ...}, {"oauth2": {...}}; NULL: none';
+
+-- Client authentication: the object checked (bearer, client_cert with
+-- client_key, oauth2), NULL for '{}' (none).  A client certificate is a
+-- file the server reads: naming one takes the privileges of
+-- pg_read_server_files.
+CREATE FUNCTION outbox._check_auth(auth jsonb) RETURNS jsonb
+LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'outbox_check_auth';
+COMMENT ON FUNCTION outbox._check_auth(jsonb) IS
+    'internal: validate an endpoint''s client authentication';
+
+-- An endpoint whose auth sends an Authorization header (bearer, oauth2)
+-- may not have one among its own headers.
+CREATE FUNCTION outbox._check_auth_headers(auth jsonb, headers jsonb) RETURNS void
+LANGUAGE c IMMUTABLE AS 'MODULE_PATHNAME', 'outbox_check_auth_headers';
+COMMENT ON FUNCTION outbox._check_auth_headers(jsonb, jsonb) IS
+    'internal: refuse an Authorization header beside client authentication that sets it';
+
 -- emit takes expires_at and priority last, create_endpoint and
--- alter_endpoint max_age.  Their signatures change, so they are dropped and
+-- alter_endpoint max_age and auth.  Their signatures change, so they are dropped and
 -- created again (_grants_back gives their grants to the new ones).
 DROP FUNCTION outbox.emit(text, jsonb, text, jsonb, timestamptz, text);
 DROP FUNCTION outbox.create_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text);
@@ -392,7 +418,8 @@ CREATE FUNCTION outbox.create_endpoint(
     max_attempts  integer  DEFAULT 8,
     max_in_flight integer  DEFAULT NULL,
     format        text     DEFAULT 'standard-webhooks',
-    max_age       interval DEFAULT NULL)
+    max_age       interval DEFAULT NULL,
+    auth          jsonb    DEFAULT NULL)
 RETURNS text
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -404,6 +431,7 @@ DECLARE
     hdrs      jsonb;
     the_secret text;
     fmt       text;
+    the_auth  jsonb;
 BEGIN
     IF name IS NULL THEN
         RAISE EXCEPTION 'endpoint name must not be NULL' USING ERRCODE = '22004';
@@ -426,6 +454,8 @@ BEGIN
     PERFORM outbox._check_max_in_flight(max_in_flight);
     PERFORM outbox._check_max_age(max_age);
     fmt := outbox._check_format(format, hdrs);
+    the_auth := outbox._check_auth(create_endpoint.auth);
+    PERFORM outbox._check_auth_headers(the_auth, hdrs);
     the_secret := CASE WHEN secret IS NULL THEN outbox._new_secret()
                        ELSE outbox._check_secret(secret) END;
 
@@ -437,7 +467,7 @@ BEGIN
                                   max_in_flight, format, max_age)
     VALUES (name, the_url, types, hdrs, ordered, timeout, max_attempts, max_in_flight, fmt, max_age)
     RETURNING id INTO eid;
-    INSERT INTO outbox.endpoint_secrets (endpoint_id, secret) VALUES (eid, the_secret);
+    INSERT INTO outbox.endpoint_secrets (endpoint_id, secret, auth) VALUES (eid, the_secret, the_auth);
     INSERT INTO outbox.endpoint_health (endpoint_id) VALUES (eid);
     INSERT INTO outbox.positions (endpoint_id, snap) VALUES (eid, outbox._start_snapshot());
     PERFORM outbox._wake_at_commit();
@@ -447,7 +477,7 @@ EXCEPTION
         RAISE EXCEPTION 'endpoint "%" already exists', name USING ERRCODE = '42710';
 END
 $$;
-COMMENT ON FUNCTION outbox.create_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text, interval) IS
+COMMENT ON FUNCTION outbox.create_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text, interval, jsonb) IS
     'create a webhook endpoint that receives events emitted from now on; returns its signing secret';
 
 -- max_in_flight 0 goes back to following outbox.endpoint_concurrency, and
@@ -466,7 +496,8 @@ CREATE FUNCTION outbox.alter_endpoint(
     max_attempts  integer  DEFAULT NULL,
     max_in_flight integer  DEFAULT NULL,
     format        text     DEFAULT NULL,
-    max_age       interval DEFAULT NULL)
+    max_age       interval DEFAULT NULL,
+    auth          jsonb    DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -478,11 +509,14 @@ DECLARE
     hdrs    jsonb;
     the_secret text;
     cur     outbox.endpoints;
+    the_auth jsonb;
 BEGIN
     IF url IS NOT NULL THEN the_url := outbox._check_url(url); END IF;
     IF event_types IS NOT NULL THEN types := outbox._check_event_types(event_types); END IF;
     IF headers IS NOT NULL THEN hdrs := outbox._check_headers(headers); END IF;
     IF secret IS NOT NULL THEN the_secret := outbox._check_secret(secret); END IF;
+    -- '{}' checks to NULL: the endpoint's auth is cleared
+    IF alter_endpoint.auth IS NOT NULL THEN the_auth := outbox._check_auth(alter_endpoint.auth); END IF;
     PERFORM outbox._check_endpoint_settings(timeout, max_attempts);
     PERFORM outbox._check_max_in_flight(nullif(max_in_flight, 0));
     PERFORM outbox._check_max_age(nullif(max_age, interval '0'));
@@ -490,6 +524,10 @@ BEGIN
     SELECT * INTO cur FROM outbox.endpoints e WHERE e.id = eid FOR UPDATE;
     PERFORM outbox._check_format(coalesce(alter_endpoint.format, cur.format),
                                  coalesce(hdrs, cur.headers));
+    PERFORM outbox._check_auth_headers(
+                CASE WHEN alter_endpoint.auth IS NOT NULL THEN the_auth
+                     ELSE (SELECT s.auth FROM outbox.endpoint_secrets s WHERE s.endpoint_id = eid) END,
+                coalesce(hdrs, cur.headers));
 
     UPDATE outbox.endpoints e
        SET url = coalesce(the_url, e.url),
@@ -510,11 +548,14 @@ BEGIN
            SET secret = the_secret, previous_secret = NULL, previous_expires_at = NULL
          WHERE endpoint_id = eid;
     END IF;
+    IF alter_endpoint.auth IS NOT NULL THEN
+        UPDATE outbox.endpoint_secrets s SET auth = the_auth WHERE s.endpoint_id = eid;
+    END IF;
     PERFORM outbox._wake_at_commit();
 END
 $$;
-COMMENT ON FUNCTION outbox.alter_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text, interval) IS
-    'change an endpoint; NULL leaves a setting as it is';
+COMMENT ON FUNCTION outbox.alter_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text, interval, jsonb) IS
+    'change an endpoint; NULL leaves a setting as it is (auth => ''{}'' removes its client authentication)';
 
 -- retry_dead and replay queue retries with their event's priority.
 CREATE OR REPLACE FUNCTION outbox.retry_dead(endpoint text DEFAULT NULL) RETURNS bigint
@@ -637,7 +678,7 @@ CREATE FUNCTION outbox._relay_endpoints()
 RETURNS TABLE (id integer, name text, url text, header_lines text, timeout_ms bigint,
                max_attempts integer, ordered boolean, active boolean, secret text,
                previous_secret text, event_types text[], follows boolean, max_in_flight integer,
-               format text, max_age_ms bigint)
+               format text, max_age_ms bigint, auth jsonb)
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off
@@ -647,7 +688,7 @@ AS $$
            outbox._timeout_ms(e.timeout), e.max_attempts, e.ordered,
            NOT e.paused AND e.disabled_at IS NULL, s.secret,
            CASE WHEN s.previous_expires_at > now() THEN s.previous_secret END,
-           e.event_types, p.follows, e.max_in_flight, e.format, outbox._timeout_ms(e.max_age)
+           e.event_types, p.follows, e.max_in_flight, e.format, outbox._timeout_ms(e.max_age), s.auth
       FROM outbox.endpoints e
       JOIN outbox.endpoint_secrets s ON s.endpoint_id = e.id
       JOIN outbox.positions p ON p.endpoint_id = e.id
@@ -1136,14 +1177,14 @@ COMMENT ON FUNCTION outbox._set_aside(smallint) IS
     'internal: copy the events of an events partition that wait in retries into outbox.delayed';
 
 REVOKE ALL ON FUNCTION outbox.emit(text, jsonb, text, jsonb, timestamptz, text, timestamptz, integer),
-    outbox.create_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text, interval),
-    outbox.alter_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text, interval),
-    outbox._check_max_age(interval), outbox._relay_endpoints(), outbox._read_stream(integer, bigint),
+    outbox.create_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text, interval, jsonb),
+    outbox.alter_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text, interval, jsonb),
+    outbox._check_max_age(interval), outbox._check_auth(jsonb), outbox._check_auth_headers(jsonb, jsonb), outbox._relay_endpoints(), outbox._read_stream(integer, bigint),
     outbox._read_page(integer, integer, boolean, bigint),
     outbox._read_due(integer, integer, boolean, bigint) FROM PUBLIC;
 
 ----------------------------------------------------------------------------
--- Rate limits per endpoint (issue 14)
+-- Rate limits per endpoint (issue 14, item 1)
 ----------------------------------------------------------------------------
 
 -- Endpoints made before have none.
@@ -1169,13 +1210,13 @@ END
 $$;
 COMMENT ON FUNCTION outbox._check_rate_limit(numeric) IS 'internal: validate an endpoint''s rate_limit';
 
--- create_endpoint and alter_endpoint take rate_limit last (after max_age,
--- above): their signature changes again, so they are dropped and created
--- again.  So is endpoint_status, whose _in_flight() now also says whether
--- an endpoint is held, and which shows the limit.  (_grants_back() gives
--- their grants back.)
-DROP FUNCTION outbox.create_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text, interval);
-DROP FUNCTION outbox.alter_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text, interval);
+-- create_endpoint and alter_endpoint take rate_limit last (after max_age
+-- and auth, above): their signature changes again, so they are dropped and
+-- created again.  So is endpoint_status, whose _in_flight() now also says
+-- whether an endpoint is held, and which shows the limit.  (_grants_back()
+-- gives their grants back.)
+DROP FUNCTION outbox.create_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text, interval, jsonb);
+DROP FUNCTION outbox.alter_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text, interval, jsonb);
 DROP VIEW outbox.endpoint_status;
 DROP FUNCTION outbox._in_flight();
 
@@ -1197,6 +1238,7 @@ CREATE FUNCTION outbox.create_endpoint(
     max_in_flight integer  DEFAULT NULL,
     format        text     DEFAULT 'standard-webhooks',
     max_age       interval DEFAULT NULL,
+    auth          jsonb    DEFAULT NULL,
     rate_limit    numeric  DEFAULT NULL)
 RETURNS text
 LANGUAGE plpgsql VOLATILE
@@ -1209,6 +1251,7 @@ DECLARE
     hdrs      jsonb;
     the_secret text;
     fmt       text;
+    the_auth  jsonb;
 BEGIN
     IF name IS NULL THEN
         RAISE EXCEPTION 'endpoint name must not be NULL' USING ERRCODE = '22004';
@@ -1232,6 +1275,8 @@ BEGIN
     PERFORM outbox._check_max_age(max_age);
     PERFORM outbox._check_rate_limit(rate_limit);
     fmt := outbox._check_format(format, hdrs);
+    the_auth := outbox._check_auth(create_endpoint.auth);
+    PERFORM outbox._check_auth_headers(the_auth, hdrs);
     the_secret := CASE WHEN secret IS NULL THEN outbox._new_secret()
                        ELSE outbox._check_secret(secret) END;
 
@@ -1244,7 +1289,7 @@ BEGIN
     VALUES (name, the_url, types, hdrs, ordered, timeout, max_attempts, max_in_flight, fmt, max_age,
             rate_limit)
     RETURNING id INTO eid;
-    INSERT INTO outbox.endpoint_secrets (endpoint_id, secret) VALUES (eid, the_secret);
+    INSERT INTO outbox.endpoint_secrets (endpoint_id, secret, auth) VALUES (eid, the_secret, the_auth);
     INSERT INTO outbox.endpoint_health (endpoint_id) VALUES (eid);
     INSERT INTO outbox.positions (endpoint_id, snap) VALUES (eid, outbox._start_snapshot());
     PERFORM outbox._wake_at_commit();
@@ -1254,14 +1299,14 @@ EXCEPTION
         RAISE EXCEPTION 'endpoint "%" already exists', name USING ERRCODE = '42710';
 END
 $$;
-COMMENT ON FUNCTION outbox.create_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text, interval, numeric) IS
+COMMENT ON FUNCTION outbox.create_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text, interval, jsonb, numeric) IS
     'create a webhook endpoint that receives events emitted from now on; returns its signing secret';
 
 -- max_in_flight 0 goes back to following outbox.endpoint_concurrency,
 -- max_age '0' and rate_limit 0 to no limit; NULL leaves each as it is, as
--- for every other argument.  The headers and the format an endpoint ends up with are
--- checked together: changing either one alone can make a pair the relay
--- would not send.
+-- for every other argument.  The headers and the format an endpoint ends
+-- up with are checked together: changing either one alone can make a pair
+-- the relay would not send.
 CREATE FUNCTION outbox.alter_endpoint(
     name          text,
     url           text     DEFAULT NULL,
@@ -1274,6 +1319,7 @@ CREATE FUNCTION outbox.alter_endpoint(
     max_in_flight integer  DEFAULT NULL,
     format        text     DEFAULT NULL,
     max_age       interval DEFAULT NULL,
+    auth          jsonb    DEFAULT NULL,
     rate_limit    numeric  DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
@@ -1286,11 +1332,14 @@ DECLARE
     hdrs    jsonb;
     the_secret text;
     cur     outbox.endpoints;
+    the_auth jsonb;
 BEGIN
     IF url IS NOT NULL THEN the_url := outbox._check_url(url); END IF;
     IF event_types IS NOT NULL THEN types := outbox._check_event_types(event_types); END IF;
     IF headers IS NOT NULL THEN hdrs := outbox._check_headers(headers); END IF;
     IF secret IS NOT NULL THEN the_secret := outbox._check_secret(secret); END IF;
+    -- '{}' checks to NULL: the endpoint's auth is cleared
+    IF alter_endpoint.auth IS NOT NULL THEN the_auth := outbox._check_auth(alter_endpoint.auth); END IF;
     PERFORM outbox._check_endpoint_settings(timeout, max_attempts);
     PERFORM outbox._check_max_in_flight(nullif(max_in_flight, 0));
     PERFORM outbox._check_max_age(nullif(max_age, interval '0'));
@@ -1299,6 +1348,10 @@ BEGIN
     SELECT * INTO cur FROM outbox.endpoints e WHERE e.id = eid FOR UPDATE;
     PERFORM outbox._check_format(coalesce(alter_endpoint.format, cur.format),
                                  coalesce(hdrs, cur.headers));
+    PERFORM outbox._check_auth_headers(
+                CASE WHEN alter_endpoint.auth IS NOT NULL THEN the_auth
+                     ELSE (SELECT s.auth FROM outbox.endpoint_secrets s WHERE s.endpoint_id = eid) END,
+                coalesce(hdrs, cur.headers));
 
     UPDATE outbox.endpoints e
        SET url = coalesce(the_url, e.url),
@@ -1321,11 +1374,14 @@ BEGIN
            SET secret = the_secret, previous_secret = NULL, previous_expires_at = NULL
          WHERE endpoint_id = eid;
     END IF;
+    IF alter_endpoint.auth IS NOT NULL THEN
+        UPDATE outbox.endpoint_secrets s SET auth = the_auth WHERE s.endpoint_id = eid;
+    END IF;
     PERFORM outbox._wake_at_commit();
 END
 $$;
-COMMENT ON FUNCTION outbox.alter_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text, interval, numeric) IS
-    'change an endpoint; NULL leaves a setting as it is';
+COMMENT ON FUNCTION outbox.alter_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text, interval, jsonb, numeric) IS
+    'change an endpoint; NULL leaves a setting as it is (auth => ''{}'' removes its client authentication)';
 
 CREATE VIEW outbox.endpoint_status AS
 SELECT ep.name,
@@ -1380,7 +1436,8 @@ CREATE FUNCTION outbox._relay_endpoints()
 RETURNS TABLE (id integer, name text, url text, header_lines text, timeout_ms bigint,
                max_attempts integer, ordered boolean, active boolean, secret text,
                previous_secret text, event_types text[], follows boolean, max_in_flight integer,
-               format text, max_age_ms bigint, rate_limit double precision, changed_at timestamptz)
+               format text, max_age_ms bigint, auth jsonb, rate_limit double precision,
+               changed_at timestamptz)
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off
@@ -1390,7 +1447,7 @@ AS $$
            outbox._timeout_ms(e.timeout), e.max_attempts, e.ordered,
            NOT e.paused AND e.disabled_at IS NULL, s.secret,
            CASE WHEN s.previous_expires_at > now() THEN s.previous_secret END,
-           e.event_types, p.follows, e.max_in_flight, e.format, outbox._timeout_ms(e.max_age),
+           e.event_types, p.follows, e.max_in_flight, e.format, outbox._timeout_ms(e.max_age), s.auth,
            e.rate_limit::double precision, e.updated_at
       FROM outbox.endpoints e
       JOIN outbox.endpoint_secrets s ON s.endpoint_id = e.id
@@ -1399,8 +1456,8 @@ AS $$
 $$;
 COMMENT ON FUNCTION outbox._relay_endpoints() IS 'internal: every endpoint as the relay loads it';
 
-REVOKE ALL ON FUNCTION outbox.create_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text, interval, numeric),
-    outbox.alter_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text, interval, numeric),
+REVOKE ALL ON FUNCTION outbox.create_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text, interval, jsonb, numeric),
+    outbox.alter_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text, interval, jsonb, numeric),
     outbox._check_rate_limit(numeric), outbox._in_flight(), outbox._relay_endpoints() FROM PUBLIC;
 REVOKE ALL ON outbox.endpoint_status FROM PUBLIC;
 

@@ -240,9 +240,13 @@ CREATE TABLE outbox.endpoint_secrets (
     endpoint_id         integer PRIMARY KEY REFERENCES outbox.endpoints (id) ON DELETE CASCADE,
     secret              text NOT NULL,
     previous_secret     text,
-    previous_expires_at timestamptz
+    previous_expires_at timestamptz,
+    -- NULL: none; see outbox._check_auth
+    auth                jsonb
 );
 COMMENT ON TABLE outbox.endpoint_secrets IS 'signing secrets (whsec_...); readable only by the extension owner and superusers';
+COMMENT ON COLUMN outbox.endpoint_secrets.auth IS
+    'client authentication: {"bearer": ...}, {"client_cert": ..., "client_key": ...}, {"oauth2": {...}}; NULL: none';
 
 -- Each endpoint's position.  Every event whose transaction is visible in
 -- snap has been dealt with for that endpoint.  While a batch is being worked
@@ -733,6 +737,22 @@ LANGUAGE c IMMUTABLE AS 'MODULE_PATHNAME', 'outbox_check_format';
 COMMENT ON FUNCTION outbox._check_format(text, jsonb) IS
     'internal: validate an endpoint''s format, and its headers for that format';
 
+-- Client authentication: the object checked (bearer, client_cert with
+-- client_key, oauth2), NULL for '{}' (none).  A client certificate is a
+-- file the server reads: naming one takes the privileges of
+-- pg_read_server_files.
+CREATE FUNCTION outbox._check_auth(auth jsonb) RETURNS jsonb
+LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'outbox_check_auth';
+COMMENT ON FUNCTION outbox._check_auth(jsonb) IS
+    'internal: validate an endpoint''s client authentication';
+
+-- An endpoint whose auth sends an Authorization header (bearer, oauth2)
+-- may not have one among its own headers.
+CREATE FUNCTION outbox._check_auth_headers(auth jsonb, headers jsonb) RETURNS void
+LANGUAGE c IMMUTABLE AS 'MODULE_PATHNAME', 'outbox_check_auth_headers';
+COMMENT ON FUNCTION outbox._check_auth_headers(jsonb, jsonb) IS
+    'internal: refuse an Authorization header beside client authentication that sets it';
+
 CREATE FUNCTION outbox._endpoint_id(name text) RETURNS integer
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -789,6 +809,7 @@ CREATE FUNCTION outbox.create_endpoint(
     max_in_flight integer  DEFAULT NULL,
     format        text     DEFAULT 'standard-webhooks',
     max_age       interval DEFAULT NULL,
+    auth          jsonb    DEFAULT NULL,
     rate_limit    numeric  DEFAULT NULL)
 RETURNS text
 LANGUAGE plpgsql VOLATILE
@@ -801,6 +822,7 @@ DECLARE
     hdrs      jsonb;
     the_secret text;
     fmt       text;
+    the_auth  jsonb;
 BEGIN
     IF name IS NULL THEN
         RAISE EXCEPTION 'endpoint name must not be NULL' USING ERRCODE = '22004';
@@ -824,6 +846,8 @@ BEGIN
     PERFORM outbox._check_max_age(max_age);
     PERFORM outbox._check_rate_limit(rate_limit);
     fmt := outbox._check_format(format, hdrs);
+    the_auth := outbox._check_auth(create_endpoint.auth);
+    PERFORM outbox._check_auth_headers(the_auth, hdrs);
     the_secret := CASE WHEN secret IS NULL THEN outbox._new_secret()
                        ELSE outbox._check_secret(secret) END;
 
@@ -836,7 +860,7 @@ BEGIN
     VALUES (name, the_url, types, hdrs, ordered, timeout, max_attempts, max_in_flight, fmt, max_age,
             rate_limit)
     RETURNING id INTO eid;
-    INSERT INTO outbox.endpoint_secrets (endpoint_id, secret) VALUES (eid, the_secret);
+    INSERT INTO outbox.endpoint_secrets (endpoint_id, secret, auth) VALUES (eid, the_secret, the_auth);
     INSERT INTO outbox.endpoint_health (endpoint_id) VALUES (eid);
     INSERT INTO outbox.positions (endpoint_id, snap) VALUES (eid, outbox._start_snapshot());
     PERFORM outbox._wake_at_commit();
@@ -846,14 +870,14 @@ EXCEPTION
         RAISE EXCEPTION 'endpoint "%" already exists', name USING ERRCODE = '42710';
 END
 $$;
-COMMENT ON FUNCTION outbox.create_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text, interval, numeric) IS
+COMMENT ON FUNCTION outbox.create_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text, interval, jsonb, numeric) IS
     'create a webhook endpoint that receives events emitted from now on; returns its signing secret';
 
 -- max_in_flight 0 goes back to following outbox.endpoint_concurrency,
 -- max_age '0' and rate_limit 0 to no limit; NULL leaves each as it is, as
--- for every other argument.  The headers and the format an endpoint ends up with are
--- checked together: changing either one alone can make a pair the relay
--- would not send.
+-- for every other argument.  The headers and the format an endpoint ends
+-- up with are checked together: changing either one alone can make a pair
+-- the relay would not send.
 CREATE FUNCTION outbox.alter_endpoint(
     name          text,
     url           text     DEFAULT NULL,
@@ -866,6 +890,7 @@ CREATE FUNCTION outbox.alter_endpoint(
     max_in_flight integer  DEFAULT NULL,
     format        text     DEFAULT NULL,
     max_age       interval DEFAULT NULL,
+    auth          jsonb    DEFAULT NULL,
     rate_limit    numeric  DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
@@ -878,11 +903,14 @@ DECLARE
     hdrs    jsonb;
     the_secret text;
     cur     outbox.endpoints;
+    the_auth jsonb;
 BEGIN
     IF url IS NOT NULL THEN the_url := outbox._check_url(url); END IF;
     IF event_types IS NOT NULL THEN types := outbox._check_event_types(event_types); END IF;
     IF headers IS NOT NULL THEN hdrs := outbox._check_headers(headers); END IF;
     IF secret IS NOT NULL THEN the_secret := outbox._check_secret(secret); END IF;
+    -- '{}' checks to NULL: the endpoint's auth is cleared
+    IF alter_endpoint.auth IS NOT NULL THEN the_auth := outbox._check_auth(alter_endpoint.auth); END IF;
     PERFORM outbox._check_endpoint_settings(timeout, max_attempts);
     PERFORM outbox._check_max_in_flight(nullif(max_in_flight, 0));
     PERFORM outbox._check_max_age(nullif(max_age, interval '0'));
@@ -891,6 +919,10 @@ BEGIN
     SELECT * INTO cur FROM outbox.endpoints e WHERE e.id = eid FOR UPDATE;
     PERFORM outbox._check_format(coalesce(alter_endpoint.format, cur.format),
                                  coalesce(hdrs, cur.headers));
+    PERFORM outbox._check_auth_headers(
+                CASE WHEN alter_endpoint.auth IS NOT NULL THEN the_auth
+                     ELSE (SELECT s.auth FROM outbox.endpoint_secrets s WHERE s.endpoint_id = eid) END,
+                coalesce(hdrs, cur.headers));
 
     UPDATE outbox.endpoints e
        SET url = coalesce(the_url, e.url),
@@ -913,11 +945,14 @@ BEGIN
            SET secret = the_secret, previous_secret = NULL, previous_expires_at = NULL
          WHERE endpoint_id = eid;
     END IF;
+    IF alter_endpoint.auth IS NOT NULL THEN
+        UPDATE outbox.endpoint_secrets s SET auth = the_auth WHERE s.endpoint_id = eid;
+    END IF;
     PERFORM outbox._wake_at_commit();
 END
 $$;
-COMMENT ON FUNCTION outbox.alter_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text, interval, numeric) IS
-    'change an endpoint; NULL leaves a setting as it is';
+COMMENT ON FUNCTION outbox.alter_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text, interval, jsonb, numeric) IS
+    'change an endpoint; NULL leaves a setting as it is (auth => ''{}'' removes its client authentication)';
 
 CREATE FUNCTION outbox.drop_endpoint(name text) RETURNS void
 LANGUAGE plpgsql VOLATILE
@@ -1414,7 +1449,8 @@ CREATE FUNCTION outbox._relay_endpoints()
 RETURNS TABLE (id integer, name text, url text, header_lines text, timeout_ms bigint,
                max_attempts integer, ordered boolean, active boolean, secret text,
                previous_secret text, event_types text[], follows boolean, max_in_flight integer,
-               format text, max_age_ms bigint, rate_limit double precision, changed_at timestamptz)
+               format text, max_age_ms bigint, auth jsonb, rate_limit double precision,
+               changed_at timestamptz)
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off
@@ -1424,7 +1460,7 @@ AS $$
            outbox._timeout_ms(e.timeout), e.max_attempts, e.ordered,
            NOT e.paused AND e.disabled_at IS NULL, s.secret,
            CASE WHEN s.previous_expires_at > now() THEN s.previous_secret END,
-           e.event_types, p.follows, e.max_in_flight, e.format, outbox._timeout_ms(e.max_age),
+           e.event_types, p.follows, e.max_in_flight, e.format, outbox._timeout_ms(e.max_age), s.auth,
            e.rate_limit::double precision, e.updated_at
       FROM outbox.endpoints e
       JOIN outbox.endpoint_secrets s ON s.endpoint_id = e.id

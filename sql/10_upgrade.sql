@@ -199,14 +199,14 @@ SELECT outbox.mark_processed('billing', 'msg-1') AS again, outbox.mark_processed
 SELECT has_table_privilege('outbox_upgrade_monitor', 'outbox.attempts', 'SELECT') AS attempts,
        has_table_privilege('outbox_upgrade_monitor', 'outbox.endpoint_status', 'SELECT') AS endpoint_status,
        has_function_privilege('outbox_upgrade_admin',
-                              'outbox.create_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text, interval, numeric)',
+                              'outbox.create_endpoint'::regproc,
                               'EXECUTE') AS create_endpoint;
 
 -- An updated 1.0 is a fresh install: the same objects, definitions and
 -- dumped tables.  (The grants given above are taken back first.)
 REVOKE SELECT ON outbox.attempts, outbox.endpoint_status FROM outbox_upgrade_monitor;
 REVOKE USAGE ON SCHEMA outbox FROM outbox_upgrade_monitor;
-REVOKE EXECUTE ON FUNCTION outbox.create_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text, interval, numeric)
+REVOKE EXECUTE ON FUNCTION outbox.create_endpoint
     FROM outbox_upgrade_admin;
 SELECT * FROM pg_temp.outbox_differences(:'fresh');
 
@@ -278,16 +278,15 @@ SELECT name, format, max_in_flight FROM outbox.endpoint_status;
 SELECT r.event_type, r.key, r.data, r.emitted_at = e.created_at AS emit_time
   FROM outbox._read_page(1, 10, false, 1048576) r JOIN outbox.events e USING (id);
 SELECT has_function_privilege('outbox_upgrade_admin',
-           'outbox.create_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text, interval, numeric)',
+           'outbox.create_endpoint'::regproc,
            'EXECUTE') AS create_granted,
        has_function_privilege('outbox_upgrade_admin',
-           'outbox.alter_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text, interval, numeric)',
+           'outbox.alter_endpoint'::regproc,
            'EXECUTE') AS alter_granted;
 SELECT outbox.alter_endpoint('up', format => 'cloudevents');
 SELECT format FROM outbox.endpoints;
 
-REVOKE EXECUTE ON FUNCTION outbox.create_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text, interval, numeric),
-                           outbox.alter_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text, interval, numeric)
+REVOKE EXECUTE ON FUNCTION outbox.create_endpoint, outbox.alter_endpoint
     FROM outbox_upgrade_admin;
 REVOKE USAGE ON SCHEMA outbox FROM outbox_upgrade_admin;
 SELECT * FROM pg_temp.outbox_differences(:'fresh');
@@ -298,10 +297,11 @@ DROP ROLE outbox_upgrade_admin;
 
 -- The same from 1.4: an endpoint, events, a retry and grants made under 1.4
 -- carry over to 1.5.  1.5 makes emit again with expires_at and priority,
--- and create_endpoint and alter_endpoint with max_age and rate_limit: the
--- grants on them move to the new signatures; what 1.4 emitted has no expiry
--- and priority 0, and the endpoint no rate limit.  endpoint_status is made
--- again (rate_limit, rate_limited): the grants on it carry over too.
+-- and create_endpoint and alter_endpoint with max_age, auth and
+-- rate_limit: the grants on them move to the new signatures; what 1.4
+-- emitted has no expiry and priority 0, and the endpoint has no auth and
+-- no rate limit.  endpoint_status is made again (rate_limit,
+-- rate_limited): the grants on it carry over too.
 CREATE DATABASE outbox_upgrade_14;
 \c outbox_upgrade_14
 :fingerprint_functions;
@@ -312,7 +312,11 @@ GRANT USAGE ON SCHEMA outbox TO outbox_upgrade_app;
 GRANT EXECUTE ON FUNCTION outbox.emit(text, jsonb, text, jsonb, timestamptz, text) TO outbox_upgrade_app;
 GRANT EXECUTE ON FUNCTION outbox.alter_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text)
    TO outbox_upgrade_app WITH GRANT OPTION;
-GRANT SELECT ON outbox.endpoint_status TO outbox_upgrade_app WITH GRANT OPTION;
+CREATE ROLE outbox_upgrade_admin;
+GRANT USAGE ON SCHEMA outbox TO outbox_upgrade_admin;
+GRANT EXECUTE ON FUNCTION outbox.create_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text)
+   TO outbox_upgrade_admin;
+GRANT SELECT ON outbox.endpoint_status TO outbox_upgrade_admin WITH GRANT OPTION;
 SELECT outbox.create_endpoint('up', 'https://example.com/hook', format => 'cloudevents') IS NOT NULL AS created;
 SELECT outbox.emit('order.created', '{"n": 1}', key => 'k1') IS NOT NULL AS emitted;
 SELECT outbox.emit('order.created', '{"n": 2}', key => 'k2') IS NOT NULL AS emitted;
@@ -332,17 +336,14 @@ SELECT p.oid::regprocedure AS emit,
        has_function_privilege('outbox_upgrade_app', p.oid, 'EXECUTE') AS emit_granted
   FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
  WHERE n.nspname = 'outbox' AND p.proname = 'emit';
-SELECT has_function_privilege('outbox_upgrade_app',
-           'outbox.alter_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text, interval, numeric)',
+SELECT has_function_privilege('outbox_upgrade_app', 'outbox.alter_endpoint'::regproc,
            'EXECUTE WITH GRANT OPTION') AS alter_granted_with_option,
-       has_function_privilege('outbox_upgrade_app',
-           'outbox.create_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text, interval, numeric)',
+       has_function_privilege('outbox_upgrade_app', 'outbox.create_endpoint'::regproc,
            'EXECUTE') AS create_not_granted,
-       has_table_privilege('outbox_upgrade_app', 'outbox.endpoint_status', 'SELECT WITH GRANT OPTION')
-           AS status_granted_with_option;
--- The new argument works on the endpoint made under 1.4.
-SELECT outbox.alter_endpoint('up', rate_limit => 10);
-SELECT name, rate_limit FROM outbox.endpoint_status;
+       has_function_privilege('outbox_upgrade_admin', 'outbox.create_endpoint'::regproc,
+           'EXECUTE') AS create_granted_admin,
+       has_table_privilege('outbox_upgrade_admin', 'outbox.endpoint_status', 'SELECT WITH GRANT OPTION')
+           AS status_granted_admin;
 -- The app role emits with the new arguments, and by position as before.
 SET ROLE outbox_upgrade_app;
 SELECT outbox.emit('order.created', '{"n": 3}', NULL, NULL, NULL, NULL,
@@ -351,12 +352,18 @@ SELECT outbox.emit('order.created', '{"n": 4}', 'k4', NULL, NULL, 'dk-4') IS NOT
 RESET ROLE;
 SELECT payload->>'n' AS n, key, expires_at IS NOT NULL AS expires, priority
   FROM outbox.events ORDER BY id;
+SELECT s.auth IS NULL AS no_auth FROM outbox.endpoint_secrets s;
+SELECT outbox.alter_endpoint('up', auth => '{"bearer": "tok-up"}');
+SELECT s.auth FROM outbox.endpoint_secrets s;
+SELECT outbox.alter_endpoint('up', rate_limit => 10);
+SELECT name, rate_limit FROM outbox.endpoint_status;
 
-REVOKE ALL ON ALL FUNCTIONS IN SCHEMA outbox FROM outbox_upgrade_app CASCADE;
-REVOKE ALL ON outbox.endpoint_status FROM outbox_upgrade_app CASCADE;
-REVOKE USAGE ON SCHEMA outbox FROM outbox_upgrade_app;
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA outbox FROM outbox_upgrade_app, outbox_upgrade_admin CASCADE;
+REVOKE ALL ON outbox.endpoint_status FROM outbox_upgrade_admin CASCADE;
+REVOKE USAGE ON SCHEMA outbox FROM outbox_upgrade_app, outbox_upgrade_admin;
 SELECT * FROM pg_temp.outbox_differences(:'fresh');
 
 \c :regress_db
 DROP DATABASE outbox_upgrade_14;
 DROP ROLE outbox_upgrade_app;
+DROP ROLE outbox_upgrade_admin;

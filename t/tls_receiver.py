@@ -3,8 +3,11 @@
 
 Serves HTTPS on 127.0.0.1 with the given certificate and key, answers every
 POST with 200, and appends each request to the log file as one JSON line
-(receive time, path, lower-cased headers, body).  The port is written to
---port-file once listening.  Standard library only.
+(receive time, path, lower-cased headers, body, and the common name of the
+client's certificate, or null).  With --client-ca it asks for a client
+certificate and refuses a handshake without one that CA signed (mutual
+TLS).  The port is written to --port-file once listening.  Standard library
+only.
 """
 import argparse
 import json
@@ -27,7 +30,14 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self):
         length = int(self.headers.get("Content-Length", "0"))
         body = self.rfile.read(length).decode("utf-8", "replace")
+        client = None
+        peer = self.connection.getpeercert()
+        for rdn in (peer or {}).get("subject", ()):
+            for name, value in rdn:
+                if name == "commonName":
+                    client = value
         record = {
+            "client": client,
             "t": time.time(),
             "path": self.path,
             "headers": {k.lower(): v for k, v in self.headers.items()},
@@ -48,9 +58,13 @@ def main():
     ap.add_argument("--key", required=True)
     ap.add_argument("--log", required=True)
     ap.add_argument("--port-file", required=True)
+    ap.add_argument("--client-ca")
     args = ap.parse_args()
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(args.cert, args.key)
+    if args.client_ca:
+        ctx.verify_mode = ssl.CERT_REQUIRED
+        ctx.load_verify_locations(args.client_ca)
     ctx.set_alpn_protocols(["http/1.1"])
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True

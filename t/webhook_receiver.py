@@ -17,6 +17,19 @@ receiver serves many endpoints at once:
                   "headers": [[name, value], ...] with repeated names}
   echo=token      answer "invalid token " and the last word of the request's
                   Authorization header
+  require_bearer=T  answer 401 unless the request has "Authorization: Bearer T"
+  require_issued=1  answer 401 unless the request has "Authorization: Bearer"
+                  and a token this receiver issued (token=1 below)
+  token_uses=N    with require_issued: each token is taken N times, then 401
+
+As an OAuth2 token server (RFC 6749, client credentials), a path with
+token=1 answers a POST of "grant_type=client_credentials" whose HTTP Basic
+credentials (each form-encoded) are the query's client_id and a secret
+whose MD5 in hex is the query's secret_md5 (the secret itself stays out of
+the URL) with a new token {"access_token": ..., "token_type": "Bearer",
+"expires_in": E} (E: the query's expires_in, 3600 by default), and other
+credentials with 401 {"error": "invalid_client"}.  token_body=deep answers
+200 with 15,000 nested arrays instead (a hostile token server).
 
 An event can set any of these for itself with a header "x-test-NAME"
 (emit(..., headers => '{"x-test-delay": "2"}')), over the URL's.
@@ -30,7 +43,9 @@ written to --port-file once listening.
 Standard library only.
 """
 import argparse
+import base64
 import collections
+import hashlib
 import json
 import os
 import socket
@@ -38,11 +53,14 @@ import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote_plus, urlsplit
 
 lock = threading.Lock()
 seen = collections.Counter()
 handling = collections.Counter()
+# Tokens issued as a token server, and how often each was taken.
+issued = collections.Counter()
+tokens_made = collections.Counter()
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -85,7 +103,49 @@ class Handler(BaseHTTPRequestHandler):
                 handling[self.counted] -= 1
             self.counted = None
 
+    def token_answer(self, body, q):
+        """Status and JSON answer of the token server (token=1)."""
+        form = {k: v[-1] for k, v in parse_qs(body).items()}
+        given = self.headers.get("Authorization") or ""
+        try:
+            pair = base64.b64decode(given[len("Basic "):]).decode()
+            client_id, secret = (unquote_plus(x) for x in pair.split(":", 1))
+        except Exception:
+            client_id, secret = None, None
+        if form.get("grant_type") != "client_credentials":
+            return 400, {"error": "unsupported_grant_type"}
+        if (not given.startswith("Basic ") or client_id != q.get("client_id") or
+                secret is None or
+                hashlib.md5(secret.encode()).hexdigest() != q.get("secret_md5")):
+            return 401, {"error": "invalid_client"}
+        with lock:
+            tokens_made[self.path] += 1
+            token = "tok-%d-%s" % (tokens_made[self.path], os.urandom(6).hex())
+            issued[token] = 0
+        return 200, {"access_token": token, "token_type": "Bearer",
+                     "expires_in": int(q.get("expires_in", "3600"))}
+
+    def authorized(self, q):
+        """Whether a request passes require_bearer and require_issued."""
+        given = self.headers.get("Authorization") or ""
+        if "require_bearer" in q and given != "Bearer " + q["require_bearer"]:
+            return False
+        if q.get("require_issued") == "1":
+            token = given[len("Bearer "):] if given.startswith("Bearer ") else ""
+            with lock:
+                if token not in issued:
+                    return False
+                if "token_uses" in q and issued[token] >= int(q["token_uses"]):
+                    return False
+                issued[token] += 1
+        return True
+
     def answer(self, received, body, url, q, status, n, concurrent):
+        token_json = None
+        if q.get("token") == "1":
+            status, token_json = self.token_answer(body, q)
+        elif not self.authorized(q):
+            status = 401
         if "fail_first" in q and n > int(q["fail_first"]):
             status = 200
         if "delay" in q:
@@ -116,7 +176,12 @@ class Handler(BaseHTTPRequestHandler):
         if "location" in q:
             self.send_header("Location", q["location"])
         answer = b"ok"
-        if q.get("echo") == "1":
+        if token_json is not None and q.get("token_body") == "deep":
+            answer = b"[" * 15000
+        elif token_json is not None:
+            self.send_header("Content-Type", "application/json")
+            answer = json.dumps(token_json).encode()
+        elif q.get("echo") == "1":
             answer = json.dumps({"body": body, "headers": self.headers.items()}).encode()
         elif q.get("echo") == "token":
             token = (self.headers.get("Authorization") or "").split(" ")[-1]

@@ -84,6 +84,8 @@ typedef struct RelayEndpoint
 	dlist_node	ready_node;
 	int			shown_at;		/* 1 + its entry in the shared table of
 								 * requests in flight (shmem.c), 0: none */
+	struct EndpointAuth *auth;	/* client authentication (credentials.h),
+								 * or NULL */
 	/* its rate limit and a receiver's pause (limit.c) */
 	double		rate_limit;		/* requests a second; 0: none */
 	double		tokens;			/* in its bucket, as of tokens_at */
@@ -130,6 +132,7 @@ typedef struct Delivery
 	int			n_event_headers;
 	OutcomeKind outcome;
 	TimestampTz next_at;
+	uint32		auth_generation;	/* of the OAuth2 token it was sent with */
 	HttpRequest req;
 } Delivery;
 

@@ -46,6 +46,7 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
+#include "credentials.h"
 #include "delivery.h"
 #include "guc.h"
 #include "limit.h"
@@ -503,6 +504,18 @@ load_endpoints(void)
 							ep->name)));
 			ep->active = false;
 		}
+		if (row->auth_problem != NULL)
+		{
+			/* (checked when stored, by _check_auth: cannot happen) */
+			ereport(WARNING,
+					(errmsg("outbox endpoint \"%s\" has invalid client authentication; not delivering to it",
+							ep->name),
+					 errdetail("%s.", row->auth_problem)));
+			ep->active = false;
+			credentials_free(ep);
+		}
+		else
+			credentials_load(ep, row->has_auth ? &row->auth : NULL, relay_cxt);
 	}
 	pfree(rows);
 
@@ -516,6 +529,7 @@ load_endpoints(void)
 		if (ep->page == NULL && ep->due == NULL && !ep->detach && !ep->held)
 		{
 			free_endpoint_strings(ep);
+			credentials_free(ep);
 			hash_search(endpoints, &ep->id, HASH_REMOVE, NULL);
 		}
 	}
@@ -1323,9 +1337,16 @@ redact_response(const RelayEndpoint *ep, HttpRequest *req)
 	const char *value;
 	size_t		name_len;
 	size_t		value_len;
+	const char *secrets[4];
+	int			nsecrets;
 
 	if (req->response_len == 0)
 		return;
+	/* its client authentication's: a bearer token, OAuth2 tokens */
+	nsecrets = credentials_secrets(ep, secrets);
+	for (int i = 0; i < nsecrets; i++)
+		if (strlen(secrets[i]) >= REDACT_MIN_LEN)
+			redact(req, secrets[i], strlen(secrets[i]), truncated);
 	while (next_header_line(&lines, &name, &name_len, &value, &value_len))
 	{
 		const char *word = value;
@@ -1463,8 +1484,10 @@ relay_slots(void)
 /*
  * Build the signed request of one delivery and hand it to libcurl: the
  * headers of its endpoint's format, the signature over the body as sent
- * (in every format), the endpoint's headers, then the event's, except
- * those the endpoint or the format sets itself.
+ * (in every format), the endpoint's headers and its Authorization from
+ * auth, then the event's, except those the endpoint or the format sets
+ * itself; and its client certificate.  An OAuth2 endpoint has its token
+ * (credentials_state).
  */
 static void
 submit(Delivery *d)
@@ -1521,13 +1544,25 @@ submit(Delivery *d)
 				h = add_header(h, l);
 		pfree(copy);
 	}
+	d->req.client_cert = d->req.client_key = NULL;
+	if (ep->auth != NULL)
+	{
+		if (ep->auth->header != NULL)
+			h = add_header(h, ep->auth->header);
+		d->auth_generation = ep->auth->generation;
+		d->req.client_cert = ep->auth->cfg.client_cert;
+		d->req.client_key = ep->auth->cfg.client_key;
+	}
 	/*
-	 * The endpoint's own headers win over an event's of the same name, and
-	 * the format's (binary mode's ce-* attributes) over both.
+	 * The endpoint's own headers win over an event's of the same name (its
+	 * auth's Authorization too), and the format's (binary mode's ce-*
+	 * attributes) over both.
 	 */
 	for (int i = 0; i < d->n_event_headers; i++)
 		if (!endpoint_sets_header(ep, d->event_headers[i]) &&
-			!outbox_format_sets_header(ep->format, d->event_headers[i]))
+			!outbox_format_sets_header(ep->format, d->event_headers[i]) &&
+			!(credentials_set_authorization(ep) &&
+			  pg_strncasecmp(d->event_headers[i], "authorization:", 14) == 0))
 			h = add_header(h, d->event_headers[i]);
 
 	d->req.url = ep->url;
@@ -1567,8 +1602,11 @@ typedef enum PumpStop
 	PUMP_SENT_ALL,				/* nothing of the batch waits any more */
 	PUMP_BEHIND_KEY,			/* what waits, waits behind its key */
 	PUMP_AT_LIMIT,				/* the endpoint's limit or the relay's slots */
+	PUMP_NO_TOKEN,				/* its OAuth2 token is being fetched */
 	PUMP_HELD					/* its rate limit, or a pause (limit.c) */
 } PumpStop;
+
+static void fail_unsent(Delivery *d, const char *why);
 
 /*
  * Submit a batch's waiting deliveries, in order, while its endpoint is
@@ -1608,6 +1646,19 @@ pump_batch(Batch *b, int limit, int slots, TimestampTz now)
 				defer(d, GetCurrentTimestamp());
 				continue;
 			}
+		}
+		/* An OAuth2 endpoint's deliveries wait for its token, off the slots. */
+		switch (credentials_state(b->ep))
+		{
+			case CREDENTIALS_READY:
+				break;
+			case CREDENTIALS_WAIT:
+				if (all_settled)
+					b->next_submit = i;
+				return PUMP_NO_TOKEN;
+			case CREDENTIALS_FAILED:
+				fail_unsent(d, b->ep->auth->failure);
+				continue;
 		}
 		if (in_flight >= slots || b->ep->in_flight >= limit)
 		{
@@ -1681,9 +1732,10 @@ pump(void)
 		int			share = (slots + busy_endpoints) / (busy_endpoints + 1);
 		int			limit = Min(cap, share);
 		PumpStop	due = pump_batch(ep->due, limit, slots, now);
-		PumpStop	page = (due == PUMP_AT_LIMIT || due == PUMP_HELD) ? due :
+		PumpStop	page = due == PUMP_AT_LIMIT || due == PUMP_NO_TOKEN || due == PUMP_HELD ? due :
 			pump_batch(ep->page, limit, slots, now);
 
+		/* (one waiting for its token is made ready by the token's answer) */
 		unready(ep);
 		if (page == PUMP_HELD)
 			hold(ep, now);
@@ -1719,7 +1771,121 @@ warn_failure(RelayEndpoint *ep, HttpRequest *req)
 	ep->failures_unreported = 0;
 }
 
-/* Turn finished requests, the relay's own and its senders', into outcomes. */
+/*
+ * A delivery's request finished (or, for an authentication failure, was
+ * never sent): its outcome, from the answer, and what it tells of its
+ * endpoint.  Its slot is the caller's to give back.
+ */
+static void
+conclude(Delivery *d, HttpRequest *req)
+{
+	Batch	   *b = d->batch;
+	Outcome		o;
+	bool		retry_class;
+	double		retry_after;
+
+	o = policy_classify(req->status, req->transport_error,
+						req->delivery[0] ? req->delivery : NULL);
+	d->next_at = 0;
+	if (policy_wants_disable(o, req->delivery[0] ? req->delivery : NULL))
+		b->disable_reason = req->status == 410 ? "410 Gone" :
+			"the receiver answered webhook-delivery: disable";
+	retry_class = o == OUTCOME_RETRY;
+	/*
+	 * A 401 to an OAuth2 token: the token is dropped (the next delivery
+	 * fetches another), and the event retried, not dead-lettered, unless
+	 * the receiver said abort-message.
+	 */
+	if (req->status == 401 && !req->transport_error && b->ep->auth != NULL &&
+		b->ep->auth->cfg.token_url != NULL)
+	{
+		credentials_refused(b->ep, d->auth_generation);
+		if (o == OUTCOME_DEAD &&
+			!(req->delivery[0] && pg_strcasecmp(req->delivery, "abort-message") == 0))
+			o = OUTCOME_RETRY;
+	}
+	if (o == OUTCOME_RETRY && d->attempt >= b->ep->max_attempts)
+		o = OUTCOME_DEAD;
+	retry_after = req->transport_error ? 0 :
+		policy_retry_after(req->retry_after, (double) time(NULL));
+	if (o == OUTCOME_RETRY || o == OUTCOME_DISABLE)
+	{
+		double		wait = policy_backoff(&outbox_schedule, d->attempt, req->status,
+										  retry_after,
+										  pg_prng_double(&pg_global_prng_state) * 2.0 - 1.0);
+
+		d->next_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), (int64) (wait * 1000.0));
+		/* Due when it expires at the latest: recorded expired then. */
+		if (d->deadline != 0 && d->next_at > d->deadline)
+			d->next_at = d->deadline;
+	}
+	/*
+	 * A 429 or 503 with Retry-After pauses the whole endpoint until then,
+	 * not only this event (limit.c); one that follows the stream reads on
+	 * its own meanwhile.
+	 */
+	if ((req->status == 429 || req->status == 503) && retry_after > 0)
+	{
+		ereport(DEBUG1,
+				(errmsg("outbox endpoint \"%s\" is paused for %.0f s: it answered %ld with Retry-After",
+						b->ep->name, Min(retry_after, LIMIT_MAX_PAUSE_SECS), req->status)));
+		limit_pause(b->ep, retry_after, GetCurrentTimestamp());
+		detach(b->ep);
+	}
+	settle(d, policy_outcome_kind(o));
+	if (o == OUTCOME_DELIVERED)
+		b->ep->consecutive_failures = 0;
+	else
+		b->ep->consecutive_failures++;
+	/*
+	 * What cuts the endpoint's cap: no answer in time, or one that asks to
+	 * try again (retry_failures).  A definite answer, a 4xx that
+	 * dead-letters an event included, shows a receiver that answers.
+	 */
+	if (retry_class)
+	{
+		b->ep->retry_failures++;
+		b->ep->failed_at = GetCurrentTimestamp();
+	}
+	else
+	{
+		b->ep->retry_failures = 0;
+		b->ep->lagged = false;
+	}
+	outbox_count(o == OUTCOME_DELIVERED ? RELAY_DELIVERIES : RELAY_FAILURES, 1);
+	outbox_count(RELAY_RETRIES, d->attempt > 1 ? 1 : 0);
+	outbox_count(RELAY_BYTES, req->body_len);
+	if (o != OUTCOME_DELIVERED)
+		warn_failure(b->ep, req);
+}
+
+/*
+ * A delivery that cannot be sent because its endpoint's authentication
+ * failed (an OAuth2 token could not be had): a failed attempt without a
+ * request, the reason in its error, retried on the schedule.
+ */
+static void
+fail_unsent(Delivery *d, const char *why)
+{
+	HttpRequest *req = &d->req;
+
+	req->status = 0;
+	req->transport_error = true;
+	req->duration_ms = 0;
+	req->body_len = 0;
+	req->response[0] = '\0';
+	req->response_len = 0;
+	req->delivery[0] = '\0';
+	req->retry_after[0] = '\0';
+	strlcpy(req->error, why, sizeof(req->error));
+	conclude(d, req);
+}
+
+/*
+ * Turn finished requests, the relay's own and its senders', into outcomes;
+ * a finished OAuth2 token request lets its endpoint's deliveries go (or
+ * fail).
+ */
 static void
 collect(void)
 {
@@ -1727,13 +1893,20 @@ collect(void)
 
 	while ((req = http_next_done()) != NULL || (req = senders_next_done()) != NULL)
 	{
-		Delivery   *d = (Delivery *) req->owner;
-		Batch	   *b = d->batch;
-		Outcome		o;
-		bool		retry_class;
-		double		retry_after;
+		Delivery   *d;
+		Batch	   *b;
+		RelayEndpoint *ep;
 
-		redact_response(b->ep, req);
+		if (req->token_request)
+		{
+			if ((ep = credentials_fetch_done(req, endpoints)) != NULL)
+				make_ready(ep);
+			continue;
+		}
+		d = (Delivery *) req->owner;
+		b = d->batch;
+		ep = b->ep;
+		redact_response(ep, req);
 		last_answer_at = b->answered_at = GetCurrentTimestamp();
 		if (b->stream != NULL)
 		{
@@ -1741,68 +1914,10 @@ collect(void)
 			if (req->duration_ms >= SLOW_ANSWER_MS)
 				b->stream->slow_answers++;
 		}
-		o = policy_classify(req->status, req->transport_error,
-							req->delivery[0] ? req->delivery : NULL);
-		d->next_at = 0;
-		if (policy_wants_disable(o, req->delivery[0] ? req->delivery : NULL))
-			b->disable_reason = req->status == 410 ? "410 Gone" :
-				"the receiver answered webhook-delivery: disable";
-		retry_class = o == OUTCOME_RETRY;
-		if (o == OUTCOME_RETRY && d->attempt >= b->ep->max_attempts)
-			o = OUTCOME_DEAD;
-		retry_after = req->transport_error ? 0 :
-			policy_retry_after(req->retry_after, (double) time(NULL));
-		if (o == OUTCOME_RETRY || o == OUTCOME_DISABLE)
-		{
-			double		wait = policy_backoff(&outbox_schedule, d->attempt, req->status,
-											  retry_after,
-											  pg_prng_double(&pg_global_prng_state) * 2.0 - 1.0);
-
-			d->next_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), (int64) (wait * 1000.0));
-			/* Due when it expires at the latest: recorded expired then. */
-			if (d->deadline != 0 && d->next_at > d->deadline)
-				d->next_at = d->deadline;
-		}
-		/*
-		 * A 429 or 503 with Retry-After pauses the whole endpoint until
-		 * then, not only this event (limit.c); one that follows the stream
-		 * reads on its own meanwhile.
-		 */
-		if ((req->status == 429 || req->status == 503) && retry_after > 0)
-		{
-			ereport(DEBUG1,
-					(errmsg("outbox endpoint \"%s\" is paused for %.0f s: it answered %ld with Retry-After",
-							b->ep->name, Min(retry_after, LIMIT_MAX_PAUSE_SECS), req->status)));
-			limit_pause(b->ep, retry_after, GetCurrentTimestamp());
-			detach(b->ep);
-		}
-		settle(d, policy_outcome_kind(o));
-		if (o == OUTCOME_DELIVERED)
-			b->ep->consecutive_failures = 0;
-		else
-			b->ep->consecutive_failures++;
-		/*
-		 * What cuts the endpoint's cap: no answer in time, or one that
-		 * asks to try again (retry_failures).  A definite answer, a 4xx
-		 * that dead-letters an event included, shows a receiver that
-		 * answers.
-		 */
-		if (retry_class)
-		{
-			b->ep->retry_failures++;
-			b->ep->failed_at = GetCurrentTimestamp();
-		}
-		else
-		{
-			b->ep->retry_failures = 0;
-			b->ep->lagged = false;
-		}
-		outbox_count(o == OUTCOME_DELIVERED ? RELAY_DELIVERIES : RELAY_FAILURES, 1);
-		outbox_count(RELAY_RETRIES, d->attempt > 1 ? 1 : 0);
-		outbox_count(RELAY_BYTES, req->body_len);
-		b->ep->in_flight--;
+		conclude(d, req);
+		ep->in_flight--;
 		in_flight--;
-		show_in_flight(b->ep);
+		show_in_flight(ep);
 
 		/*
 		 * A slot of the endpoint's is free, and a delivery that waited
@@ -1810,13 +1925,11 @@ collect(void)
 		 * of it waits.  One with nothing left that may wait leaves it (and
 		 * the batch may be freed once recorded).
 		 */
-		if (may_wait(b->ep->page) || may_wait(b->ep->due))
-			make_ready(b->ep);
+		if (may_wait(ep->page) || may_wait(ep->due))
+			make_ready(ep);
 		else
-			unready(b->ep);
-		update_busy(b->ep);
-		if (o != OUTCOME_DELIVERED)
-			warn_failure(b->ep, req);
+			unready(ep);
+		update_busy(ep);
 	}
 }
 
@@ -2264,7 +2377,8 @@ want_more(void)
  * every other endpoint that follows the stream.  A part is a laggard when
  * it has requests in flight and has had no answer, nor sent anything, for
  * a while (a large part answered steadily is none, nor one whose requests
- * wait for slots): DETACH_AFTER_MS while no part of the page
+ * wait for slots; one whose OAuth2 token is being fetched counts as in
+ * flight): DETACH_AFTER_MS while no part of the page
  * finished, or, once at most a tenth of the page's parts are left, as long
  * as the others took to finish (at least LAGGARD_MIN_MS, at most
  * DETACH_AFTER_MS), counted from its own last answer, not from the others'
@@ -2301,7 +2415,8 @@ detach_laggards(void)
 	{
 		Batch	   *b = dlist_container(Batch, node, iter.cur);
 
-		if (b->stream == p && b->pending > 0 && b->ep->in_flight > 0 &&
+		if (b->stream == p && b->pending > 0 &&
+			(b->ep->in_flight > 0 || credentials_fetching(b->ep)) &&
 			TimestampDifferenceExceeds(b->answered_at, now, wait))
 			slow = lappend(slow, b->ep);
 	}

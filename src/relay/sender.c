@@ -58,13 +58,18 @@
  */
 #define SENDER_GRACE_MS		10000
 
-/* A request, relay to sender; the URL, header lines and body follow. */
+/*
+ * A request, relay to sender; the URL, header lines, body, and client
+ * certificate and key file names (mutual TLS) follow.
+ */
 typedef struct WireRequest
 {
 	uint32		id;
 	uint32		url_len;
 	uint32		headers_len;	/* lines, each ending in '\n' */
 	uint32		body_len;
+	uint32		cert_len;		/* 0: no client certificate */
+	uint32		key_len;
 	int64		timeout_ms;
 } WireRequest;
 
@@ -327,6 +332,8 @@ senders_submit(HttpRequest *req, int in_flight)
 	int			fewest = in_flight - remote_in_flight;
 	Size		url_len = strlen(req->url);
 	Size		headers_len = 0;
+	Size		cert_len = req->client_cert ? strlen(req->client_cert) : 0;
+	Size		key_len = req->client_cert ? strlen(req->client_key) : 0;
 	Outgoing   *o;
 	WireRequest w;
 	char	   *p;
@@ -345,7 +352,8 @@ senders_submit(HttpRequest *req, int in_flight)
 
 	for (struct curl_slist *l = req->headers; l != NULL; l = l->next)
 		headers_len += strlen(l->data) + 1;
-	o = outgoing_new(senders_cxt, sizeof(WireRequest) + url_len + headers_len + req->body_len);
+	o = outgoing_new(senders_cxt, sizeof(WireRequest) + url_len + headers_len + req->body_len +
+					 cert_len + key_len);
 	for (id = 0; id < best->n_ids && best->by_id[id] != NULL; id++)
 		;
 	if (id == best->n_ids)
@@ -365,6 +373,8 @@ senders_submit(HttpRequest *req, int in_flight)
 	w.url_len = url_len;
 	w.headers_len = headers_len;
 	w.body_len = req->body_len;
+	w.cert_len = cert_len;
+	w.key_len = key_len;
 	w.timeout_ms = req->timeout_ms;
 	memcpy(o->data, &w, sizeof(w));
 	p = o->data + sizeof(w);
@@ -379,6 +389,12 @@ senders_submit(HttpRequest *req, int in_flight)
 		p += len + 1;
 	}
 	memcpy(p, req->body, req->body_len);
+	p += req->body_len;
+	if (cert_len > 0)
+	{
+		memcpy(p, req->client_cert, cert_len);
+		memcpy(p + cert_len, req->client_key, key_len);
+	}
 	curl_slist_free_all(req->headers);
 	req->headers = NULL;
 	req->easy = NULL;
@@ -497,17 +513,23 @@ start_request(MemoryContext cxt, const char *msg, Size len)
 	char	   *url;
 	char	   *lines;
 	char	   *body;
+	char	   *cert;
 	char	   *line;
+	const char *from;
 	struct curl_slist *headers = NULL;
 
 	if (len < sizeof(w))
 		elog(ERROR, "outbox sender received a truncated request");
 	memcpy(&w, msg, sizeof(w));
-	if (len != sizeof(w) + (Size) w.url_len + w.headers_len + w.body_len)
+	if (len != sizeof(w) + (Size) w.url_len + w.headers_len + w.body_len + w.cert_len + w.key_len)
 		elog(ERROR, "outbox sender received a request of the wrong length");
 
-	/* The URL and each header line get a terminating zero. */
-	r = MemoryContextAlloc(cxt, offsetof(Received, data) + w.url_len + 1 + w.headers_len + w.body_len + 1);
+	/*
+	 * The URL, each header line, the body, and the certificate's and key's
+	 * file names get a terminating zero.
+	 */
+	r = MemoryContextAlloc(cxt, offsetof(Received, data) + w.url_len + 1 + w.headers_len +
+						   w.body_len + 1 + w.cert_len + 1 + w.key_len + 1);
 	r->id = w.id;
 	url = r->data;
 	memcpy(url, msg + sizeof(w), w.url_len);
@@ -517,6 +539,12 @@ start_request(MemoryContext cxt, const char *msg, Size len)
 	body = lines + w.headers_len;
 	memcpy(body, msg + sizeof(w) + w.url_len + w.headers_len, w.body_len);
 	body[w.body_len] = '\0';
+	cert = body + w.body_len + 1;
+	from = msg + sizeof(w) + w.url_len + w.headers_len + w.body_len;
+	memcpy(cert, from, w.cert_len);
+	cert[w.cert_len] = '\0';
+	memcpy(cert + w.cert_len + 1, from + w.cert_len, w.key_len);
+	cert[w.cert_len + 1 + w.key_len] = '\0';
 
 	for (line = lines; line < lines + w.headers_len;)
 	{
@@ -542,6 +570,11 @@ start_request(MemoryContext cxt, const char *msg, Size len)
 	r->req.body_len = w.body_len;
 	r->req.headers = headers;
 	r->req.timeout_ms = (long) w.timeout_ms;
+	if (w.cert_len > 0)
+	{
+		r->req.client_cert = cert;
+		r->req.client_key = cert + w.cert_len + 1;
+	}
 	r->req.owner = r;
 	http_submit(&r->req);
 }

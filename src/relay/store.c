@@ -154,6 +154,7 @@ store_load_endpoints(EndpointRow **rows, MemoryContext cxt)
 				c_max_in_flight,
 				c_format,
 				c_max_age,
+				c_auth,
 				c_rate_limit,
 				c_changed_at;
 
@@ -180,6 +181,7 @@ store_load_endpoints(EndpointRow **rows, MemoryContext cxt)
 	c_max_in_flight = SPI_fnumber(desc, "max_in_flight");
 	c_format = SPI_fnumber(desc, "format");
 	c_max_age = SPI_fnumber(desc, "max_age_ms");
+	c_auth = SPI_fnumber(desc, "auth");
 	c_rate_limit = SPI_fnumber(desc, "rate_limit");
 	c_changed_at = SPI_fnumber(desc, "changed_at");
 
@@ -192,6 +194,7 @@ store_load_endpoints(EndpointRow **rows, MemoryContext cxt)
 		bool		isnull;
 		char	   *secret;
 		char	   *old_secret;
+		Datum		auth;
 
 		row->id = DatumGetInt32(col_datum(tup, desc, c_id, &isnull));
 		row->name = MemoryContextStrdup(cxt, col_text(tup, desc, c_name));
@@ -227,6 +230,11 @@ store_load_endpoints(EndpointRow **rows, MemoryContext cxt)
 		row->max_age_ms = DatumGetInt64(col_datum(tup, desc, c_max_age, &isnull));
 		if (isnull)
 			row->max_age_ms = 0;
+		/* checked when stored (_check_auth): a problem here cannot happen */
+		auth = col_datum(tup, desc, c_auth, &isnull);
+		row->has_auth = !isnull;
+		row->auth_problem = isnull ? NULL :
+			auth_read(DatumGetJsonbP(auth), &row->auth, cxt);
 		row->rate_limit = DatumGetFloat8(col_datum(tup, desc, c_rate_limit, &isnull));
 		if (isnull)
 			row->rate_limit = 0;

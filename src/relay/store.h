@@ -8,6 +8,7 @@
 #ifndef OUTBOX_STORE_H
 #define OUTBOX_STORE_H
 
+#include "auth.h"
 #include "delivery.h"
 
 /*
@@ -48,6 +49,9 @@ typedef struct EndpointRow
 	int64		max_age_ms;		/* 0: NULL, no limit */
 	bool		format_ok;		/* its format is known: format is set */
 	OutboxFormat format;
+	bool		has_auth;		/* client authentication (auth.h) */
+	const char *auth_problem;	/* what is wrong with it, or NULL */
+	AuthConfig	auth;			/* its strings in the rows' memory */
 	double		rate_limit;		/* requests a second; 0: NULL, none */
 	TimestampTz changed_at;		/* its row's updated_at */
 } EndpointRow;

@@ -59,23 +59,35 @@ url_for_messages(const char *url)
 }
 
 static void
-bad_url(const char *url, const char *detail)
+bad_url(const char *url, const char *what, const char *detail)
 {
 	ereport(ERROR,
 			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-			 errmsg("invalid endpoint URL \"%s\"", url_for_messages(url)),
+			 errmsg("invalid %s \"%s\"", what, url_for_messages(url)),
 			 errdetail("%s", detail)));
 }
 
 /*
- * outbox._check_url(text) returns text: the URL as libcurl normalizes it.
- * Only absolute http and https URLs with a host and without credentials
- * are accepted.  All libcurl memory is freed before any error is raised.
+ * outbox._check_url(text) returns text: the URL as libcurl normalizes it
+ * (http_check_url).
  */
 Datum
 outbox_check_url(PG_FUNCTION_ARGS)
 {
 	char	   *url = text_to_cstring(PG_GETARG_TEXT_PP(0));
+
+	PG_RETURN_TEXT_P(cstring_to_text(http_check_url(url, "endpoint URL")));
+}
+
+/*
+ * The URL as libcurl normalizes it, palloc'd; "what" names it in errors
+ * (an endpoint URL, an OAuth2 token URL).  Only absolute http and https
+ * URLs with a host and without credentials are accepted.  All libcurl
+ * memory is freed before any error is raised.
+ */
+char *
+http_check_url(const char *url, const char *what)
+{
 	CURLU	   *h;
 	CURLUcode	rc;
 	char	   *scheme = NULL;
@@ -91,7 +103,7 @@ outbox_check_url(PG_FUNCTION_ARGS)
 	if (strlen(url) > OUTBOX_MAX_URL)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-				 errmsg("endpoint URL is too long"),
+				 errmsg("%s is too long", what),
 				 errdetail("A URL is at most %d bytes.", OUTBOX_MAX_URL)));
 
 	h = curl_url();
@@ -136,8 +148,8 @@ outbox_check_url(PG_FUNCTION_ARGS)
 	curl_url_cleanup(h);
 
 	if (problem != NULL)
-		bad_url(url, problem);
-	PG_RETURN_TEXT_P(cstring_to_text(result));
+		bad_url(url, what, problem);
+	return result;
 }
 
 /*
@@ -633,6 +645,26 @@ keep_byte(HttpRequest *req, unsigned char c)
 	req->response[req->response_len] = '\0';
 }
 
+/*
+ * Keep body bytes as they came, for a caller that asked for the whole body
+ * (whole_body): up to whole_size bytes, then whole_over.
+ */
+static inline void
+keep_whole(HttpRequest *req, const char *data, size_t n)
+{
+	size_t		room = req->whole_size - req->whole_len;
+
+	if (req->whole_body == NULL)
+		return;
+	if (n > room)
+	{
+		req->whole_over = true;
+		n = room;
+	}
+	memcpy(req->whole_body + req->whole_len, data, n);
+	req->whole_len += n;
+}
+
 static void
 decode_chunked(HttpRequest *req, const char *data, size_t n)
 {
@@ -647,6 +679,7 @@ decode_chunked(HttpRequest *req, const char *data, size_t n)
 
 			for (size_t j = 0; j < take; j++)
 				keep_byte(req, (unsigned char) data[i + j]);
+			keep_whole(req, data + i, take);
 			req->chunk_left -= take;
 			i += take - 1;
 			if (req->chunk_left == 0)
@@ -716,6 +749,7 @@ write_cb(char *data, size_t size, size_t nmemb, void *userdata)
 			keep_byte(req, (unsigned char) data[i]);
 		if (keep < n)
 			req->response_cut = true;
+		keep_whole(req, data, n);
 	}
 	req->response_read += n;
 	if (req->framing_read > OUTBOX_RESPONSE_FRAMING)
@@ -863,6 +897,8 @@ http_submit(HttpRequest *req)
 	req->chunk_state = CHUNK_SIZE;
 	req->chunk_left = 0;
 	req->exceeded = NULL;
+	req->whole_len = 0;
+	req->whole_over = false;
 
 	curl_easy_setopt(easy, CURLOPT_URL, req->url);
 	curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
@@ -900,6 +936,16 @@ http_submit(HttpRequest *req)
 	curl_easy_setopt(easy, CURLOPT_PROXY, "");
 	if (outbox_ca_file != NULL && outbox_ca_file[0] != '\0')
 		curl_easy_setopt(easy, CURLOPT_CAINFO, outbox_ca_file);
+	/*
+	 * Mutual TLS: libcurl reuses a connection only for a request of the
+	 * same client certificate (it is part of the TLS configuration a
+	 * connection is matched by).
+	 */
+	if (req->client_cert != NULL)
+	{
+		curl_easy_setopt(easy, CURLOPT_SSLCERT, req->client_cert);
+		curl_easy_setopt(easy, CURLOPT_SSLKEY, req->client_key);
+	}
 
 	if (curl_multi_add_handle(current->multi, easy) != CURLM_OK)
 	{
@@ -1029,6 +1075,31 @@ next_message(HttpPool *pool)
 }
 
 /*
+ * A failure that is about the client certificate says so (README,
+ * "Client authentication"): one libcurl could not load, or a TLS alert
+ * from the receiver about certificates (OpenSSL's text: "certificate
+ * required", "bad certificate", "unknown ca", ...).  Our own check of the
+ * receiver's certificate reads "SSL certificate problem" and is no alert.
+ */
+static void
+reword_auth_failure(HttpRequest *req, CURLcode rc)
+{
+	char		why[CURL_ERROR_SIZE];
+	const char *what;
+
+	if (rc == CURLE_SSL_CERTPROBLEM)
+		what = "the client certificate or key could not be used";
+	else if (strstr(req->error, "alert") != NULL &&
+			 (strstr(req->error, "certificate") != NULL || strstr(req->error, "unknown ca") != NULL))
+		what = req->client_cert != NULL ? "the receiver refused the client certificate" :
+			"the receiver asks for a client certificate (auth's client_cert)";
+	else
+		return;
+	strlcpy(why, req->error, sizeof(why));
+	snprintf(req->error, sizeof(req->error), "authentication failed: %s: %s", what, why);
+}
+
+/*
  * The next finished request with its results filled in, or NULL.  Its
  * libcurl resources are already released.
  */
@@ -1089,6 +1160,7 @@ http_next_done(void)
 			strlcpy(req->error, req->refused, sizeof(req->error));
 		else if (req->error[0] == '\0')
 			strlcpy(req->error, curl_easy_strerror(rc), sizeof(req->error));
+		reword_auth_failure(req, rc);
 	}
 	release(req);
 	return req;

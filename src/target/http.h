@@ -46,6 +46,12 @@ typedef struct HttpRequest
 	struct curl_slist *headers;
 	long		timeout_ms;
 	void	   *owner;
+	const char *client_cert;	/* mutual TLS: certificate and key files, */
+	const char *client_key;		/* or NULL */
+	bool		token_request;	/* an OAuth2 token request of the relay's
+								 * (credentials.c), not a delivery */
+	char	   *whole_body;		/* or NULL: keep the body as it came here, */
+	size_t		whole_size;		/* at most this many bytes */
 
 	/* results */
 	long		status;			/* 0 when no response */
@@ -59,6 +65,8 @@ typedef struct HttpRequest
 	bool		response_cut;	/* the body was longer than what is kept */
 	char		delivery[32];	/* webhook-delivery response header */
 	char		retry_after[64];	/* Retry-After response header */
+	size_t		whole_len;		/* bytes kept in whole_body */
+	bool		whole_over;		/* the body was longer than whole_size */
 
 	/* the bounds on what the response sends (http.c) */
 	size_t		headers_read;	/* header bytes, every response */
@@ -85,6 +93,7 @@ http_kept_char(char c)
 	return (u >= 0x20 && u < 0x7f) || c == '\n' || c == '\t' ? c : '?';
 }
 
+extern char *http_check_url(const char *url, const char *what);
 extern int	http_socket_room(int wanted);
 extern void http_start(int max_total);
 extern void http_configure(int max_total);

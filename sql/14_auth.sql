@@ -1,0 +1,131 @@
+-- Client authentication: auth => jsonb of create_endpoint and
+-- alter_endpoint.  What the relay sends is t/025_auth.pl; here, the forms
+-- accepted, the checks and their SQLSTATEs, nothing written by a refused
+-- call, where auth is kept (with the signing secrets, in no view), and who
+-- may name a client certificate.
+
+SELECT current_setting('data_directory') || '/PG_VERSION' AS pem \gset
+
+-- Each form, and a client certificate beside bearer or oauth2.
+SELECT outbox.create_endpoint('auth-bearer', 'https://example.com/',
+                              auth => '{"bearer": "tok-4f1a9c"}') IS NOT NULL AS created;
+SELECT outbox.create_endpoint('auth-mtls', 'https://example.com/',
+                              auth => jsonb_build_object('client_cert', :'pem', 'client_key', :'pem')) IS NOT NULL AS created;
+SELECT outbox.create_endpoint('auth-oauth', 'https://example.com/',
+                              auth => '{"oauth2": {"token_url": "https://auth.example.com/token",
+                                        "client_id": "outbox", "client_secret": "cs-8d2e7b", "scope": "hooks:write read"}}') IS NOT NULL AS created;
+SELECT outbox.create_endpoint('auth-both', 'https://example.com/',
+                              auth => jsonb_build_object('bearer', 'tok-b0th77', 'client_cert', :'pem', 'client_key', :'pem')) IS NOT NULL AS created;
+SELECT outbox.create_endpoint('auth-none', 'https://example.com/', auth => '{}') IS NOT NULL AS created;
+-- Kept with the secrets; '{}' is no auth.
+SELECT e.name, jsonb_typeof(s.auth) AS auth, (SELECT array_agg(k ORDER BY k) FROM jsonb_object_keys(s.auth) k) AS forms
+  FROM outbox.endpoints e JOIN outbox.endpoint_secrets s ON s.endpoint_id = e.id
+ WHERE e.name LIKE 'auth-%' ORDER BY e.name;
+
+-- No view shows it: no column named auth, and no row of any view holds a
+-- token, a secret or a certificate's path.
+SELECT v.relname AS view, a.attname AS auth_column
+  FROM pg_class v JOIN pg_attribute a ON a.attrelid = v.oid
+ WHERE v.relnamespace = 'outbox'::regnamespace AND v.relkind = 'v' AND a.attname LIKE '%auth%';
+SELECT count(*) AS rows_with_auth
+  FROM (SELECT to_jsonb(x)::text AS t FROM outbox.endpoint_status x
+        UNION ALL SELECT to_jsonb(x)::text FROM outbox.backlog x) r
+ WHERE r.t LIKE '%tok-4f1a9c%' OR r.t LIKE '%cs-8d2e7b%' OR r.t LIKE '%tok-b0th77%' OR r.t LIKE '%PG_VERSION%';
+
+-- Bad values: 22023 each, with a message that names the key and no value.
+-- None writes anything.
+SELECT count(*) AS endpoints_before FROM outbox.endpoints \gset
+SELECT a AS auth, try(format('SELECT outbox.create_endpoint(%L, %L, auth => %L)',
+                             'auth-bad-' || n, 'https://example.com/', a)) AS result
+  FROM unnest(ARRAY[
+         '[]', '"tok"', 'null', '{"Bearer": "x"}', '{"bearer": 42}', '{"bearer": ""}',
+         '{"bearer": "two words"}', '{"bearer": "line\nbreak"}', '{"bearer": null}',
+         '{"client_cert": "/nonexistent/c.pem"}', '{"client_key": "/nonexistent/k.pem"}',
+         '{"client_cert": "relative.pem", "client_key": "relative.pem"}',
+         '{"client_cert": "/nonexistent/c.pem", "client_key": "/nonexistent/k.pem"}',
+         '{"client_cert": "/", "client_key": "/"}',
+         '{"oauth2": "https://auth.example.com/token"}',
+         '{"oauth2": {}}',
+         '{"oauth2": {"token_url": "https://a.example/t", "client_id": "i"}}',
+         '{"oauth2": {"token_url": "https://a.example/t", "client_secret": "s"}}',
+         '{"oauth2": {"client_id": "i", "client_secret": "s"}}',
+         '{"oauth2": {"token_url": "https://a.example/t", "client_id": "", "client_secret": "s"}}',
+         '{"oauth2": {"token_url": "https://a.example/t", "client_id": "i", "client_secret": 7}}',
+         '{"oauth2": {"token_url": "https://a.example/t", "client_id": "i", "client_secret": "s", "scope": ""}}',
+         '{"oauth2": {"token_url": "https://a.example/t", "client_id": "i", "client_secret": "s", "scope": "a  b"}}',
+         '{"oauth2": {"token_url": "https://a.example/t", "client_id": "i", "client_secret": "s", "audience": "x"}}',
+         '{"oauth2": {"token_url": "ftp://a.example/t", "client_id": "i", "client_secret": "s"}}',
+         '{"oauth2": {"token_url": "https://u:p@a.example/t", "client_id": "i", "client_secret": "s"}}',
+         '{"bearer": "t", "oauth2": {"token_url": "https://a.example/t", "client_id": "i", "client_secret": "s"}}'
+       ]) WITH ORDINALITY AS u(a, n);
+SELECT try(format('SELECT outbox.create_endpoint(%L, %L, auth => %L)', 'auth-bad-long', 'https://example.com/',
+                  jsonb_build_object('bearer', repeat('t', 4097)))) AS long_bearer;
+-- An unreadable file (the server runs as a user that cannot read /etc/shadow).
+SELECT try($$SELECT outbox.create_endpoint('auth-bad-shadow', 'https://example.com/',
+               auth => '{"client_cert": "/etc/shadow", "client_key": "/etc/shadow"}')$$) AS unreadable;
+-- An Authorization header of the endpoint's own beside bearer or oauth2,
+-- in any case; beside a client certificate alone it is the endpoint's.
+SELECT try($$SELECT outbox.create_endpoint('auth-bad-hdr', 'https://example.com/',
+               headers => '{"authorization": "Bearer other"}', auth => '{"bearer": "tok"}')$$) AS bearer_and_header;
+SELECT try($$SELECT outbox.create_endpoint('auth-bad-hdr', 'https://example.com/',
+               headers => '{"AUTHORIZATION": "Bearer other"}',
+               auth => '{"oauth2": {"token_url": "https://a.example/t", "client_id": "i", "client_secret": "s"}}')$$) AS oauth2_and_header;
+SELECT outbox.create_endpoint('auth-mtls-hdr', 'https://example.com/', headers => '{"Authorization": "Bearer own"}',
+                              auth => jsonb_build_object('client_cert', :'pem', 'client_key', :'pem')) IS NOT NULL AS cert_and_header;
+SELECT count(*) - :endpoints_before - 1 AS written FROM outbox.endpoints;
+
+-- alter_endpoint: NULL leaves auth; a new object replaces it; '{}' removes
+-- it; a bad one changes nothing, the other arguments of the call included.
+SELECT s.auth AS auth_before FROM outbox.endpoint_secrets s WHERE s.endpoint_id = outbox._endpoint_id('auth-bearer') \gset
+SELECT outbox.alter_endpoint('auth-bearer', timeout => '10 seconds');
+SELECT s.auth = :'auth_before'::jsonb AS auth_kept FROM outbox.endpoint_secrets s
+ WHERE s.endpoint_id = outbox._endpoint_id('auth-bearer');
+SELECT outbox.alter_endpoint('auth-bearer', auth => '{"bearer": "tok-new-5e"}');
+SELECT s.auth ->> 'bearer' AS bearer FROM outbox.endpoint_secrets s WHERE s.endpoint_id = outbox._endpoint_id('auth-bearer');
+SELECT try($$SELECT outbox.alter_endpoint('auth-bearer', url => 'https://changed.example/', auth => '{"bearer": ""}')$$) AS bad_alter;
+SELECT try($$SELECT outbox.alter_endpoint('auth-bearer', headers => '{"Authorization": "Bearer x"}')$$) AS header_beside_bearer;
+SELECT try($$SELECT outbox.alter_endpoint('auth-mtls-hdr', auth => '{"bearer": "tok"}')$$) AS bearer_beside_header;
+SELECT e.url, e.headers, s.auth ->> 'bearer' AS bearer
+  FROM outbox.endpoints e JOIN outbox.endpoint_secrets s ON s.endpoint_id = e.id WHERE e.name = 'auth-bearer';
+-- Both at once: the header goes and the bearer comes in one call.
+SELECT outbox.alter_endpoint('auth-mtls-hdr', headers => '{}', auth => '{"bearer": "tok-swap"}');
+SELECT e.headers, s.auth ->> 'bearer' AS bearer
+  FROM outbox.endpoints e JOIN outbox.endpoint_secrets s ON s.endpoint_id = e.id WHERE e.name = 'auth-mtls-hdr';
+SELECT outbox.alter_endpoint('auth-bearer', auth => '{}');
+SELECT s.auth IS NULL AS removed FROM outbox.endpoint_secrets s WHERE s.endpoint_id = outbox._endpoint_id('auth-bearer');
+-- Without auth, an Authorization header is the endpoint's own again.
+SELECT outbox.alter_endpoint('auth-bearer', headers => '{"Authorization": "Bearer own"}');
+
+-- Who may name a client certificate: an administrator that is not a
+-- superuser (granted everything in schema outbox) may give a bearer token
+-- or OAuth2, but a file of the server's only with the privileges of
+-- pg_read_server_files (42501).
+CREATE ROLE regress_outbox_admin;
+GRANT USAGE ON SCHEMA outbox TO regress_outbox_admin;
+GRANT ALL ON ALL TABLES IN SCHEMA outbox TO regress_outbox_admin;
+GRANT ALL ON ALL SEQUENCES IN SCHEMA outbox TO regress_outbox_admin;
+GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA outbox TO regress_outbox_admin;
+SET ROLE regress_outbox_admin;
+SELECT try($$SELECT outbox.create_endpoint('auth-admin', 'https://example.com/', auth => '{"bearer": "tok-admin"}')$$) AS bearer;
+SELECT try(format('SELECT outbox.create_endpoint(%L, %L, auth => %L)', 'auth-admin-cert', 'https://example.com/',
+                  jsonb_build_object('client_cert', :'pem', 'client_key', :'pem'))) AS cert;
+SELECT try(format('SELECT outbox.alter_endpoint(%L, auth => %L)', 'auth-admin',
+                  jsonb_build_object('client_cert', :'pem', 'client_key', :'pem'))) AS alter_cert;
+-- Altering something else of an endpoint with a certificate needs no file
+-- privilege: the stored auth is not checked again.
+SELECT try($$SELECT outbox.alter_endpoint('auth-mtls', timeout => '20 seconds')$$) AS alter_other;
+RESET ROLE;
+GRANT pg_read_server_files TO regress_outbox_admin;
+SET ROLE regress_outbox_admin;
+SELECT try(format('SELECT outbox.create_endpoint(%L, %L, auth => %L)', 'auth-admin-cert', 'https://example.com/',
+                  jsonb_build_object('client_cert', :'pem', 'client_key', :'pem'))) AS cert_with_privilege;
+RESET ROLE;
+SELECT e.name, (SELECT array_agg(k ORDER BY k) FROM jsonb_object_keys(s.auth) k) AS forms
+  FROM outbox.endpoints e JOIN outbox.endpoint_secrets s ON s.endpoint_id = e.id
+ WHERE e.name LIKE 'auth-admin%' ORDER BY e.name;
+
+-- Clean up.
+SELECT outbox.drop_endpoint(name) FROM outbox.endpoints WHERE name LIKE 'auth-%' ORDER BY name;
+SELECT count(*) AS secrets_left FROM outbox.endpoint_secrets;
+DROP OWNED BY regress_outbox_admin;
+DROP ROLE regress_outbox_admin;

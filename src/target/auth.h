@@ -1,0 +1,44 @@
+/*-------------------------------------------------------------------------
+ *
+ * auth.h
+ *	  Client authentication of an endpoint: a bearer token, a client
+ *	  certificate (mutual TLS), an OAuth2 client-credentials grant; its
+ *	  checks, and the OAuth2 token request and response.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef OUTBOX_AUTH_H
+#define OUTBOX_AUTH_H
+
+#include "utils/jsonb.h"
+
+/* Bounds of the values, and of a token response kept whole. */
+#define OUTBOX_AUTH_MAX_TOKEN		4096
+#define OUTBOX_AUTH_MAX_VALUE		1024
+#define OUTBOX_TOKEN_RESPONSE_MAX	(16 * 1024)
+
+/*
+ * An endpoint's auth object, read.  Each form is NULL when not given:
+ * bearer, or the certificate and key (always both), or the OAuth2 grant
+ * (token_url, client_id and client_secret all set; scope optional).
+ */
+typedef struct AuthConfig
+{
+	char	   *bearer;
+	char	   *client_cert;
+	char	   *client_key;
+	char	   *token_url;
+	char	   *client_id;
+	char	   *client_secret;
+	char	   *scope;
+} AuthConfig;
+
+extern const char *auth_read(Jsonb *auth, AuthConfig *out, MemoryContext cxt);
+extern bool auth_equal(const AuthConfig *a, const AuthConfig *b);
+extern char *auth_token_request_body(const AuthConfig *a);
+extern char *auth_basic_header(const AuthConfig *a);
+extern bool auth_token_response(char *body, size_t len, char **token,
+								double *expires_in, char *why, size_t why_len);
+extern void auth_oauth_error(char *body, size_t len, char *out, size_t out_len);
+
+#endif							/* OUTBOX_AUTH_H */

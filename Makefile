@@ -32,6 +32,7 @@ OBJS = \
 	src/relay/store.o \
 	src/relay/launcher.o \
 	src/relay/route.o \
+	src/relay/limit.o \
 	src/relay/relay.o \
 	src/relay/sender.o \
 	src/relay/credentials.o

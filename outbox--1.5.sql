@@ -79,11 +79,13 @@ LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'outbox_relay_stats';
 COMMENT ON FUNCTION outbox._relay_stats() IS 'internal: the shared-memory counters of every running relay';
 
 -- The relay's requests in flight per endpoint now, its senders' included,
--- from shared memory (shmem.c); endpoints with none have no row.
-CREATE FUNCTION outbox._in_flight(OUT endpoint_id integer, OUT in_flight integer)
+-- and whether its rate limit holds the endpoint, from shared memory
+-- (shmem.c); endpoints with neither have no row.
+CREATE FUNCTION outbox._in_flight(OUT endpoint_id integer, OUT in_flight integer, OUT held boolean)
 RETURNS SETOF record
 LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'outbox_in_flight';
-COMMENT ON FUNCTION outbox._in_flight() IS 'internal: the relay''s requests in flight now, per endpoint';
+COMMENT ON FUNCTION outbox._in_flight() IS
+    'internal: the relay''s requests in flight now, and whether its rate limit holds the endpoint, per endpoint';
 
 ----------------------------------------------------------------------------
 -- Events
@@ -194,7 +196,10 @@ CREATE TABLE outbox.endpoints (
                     CONSTRAINT endpoints_format_check
                     CHECK (format IN ('standard-webhooks', 'cloudevents', 'cloudevents-binary')),
     -- NULL: events do not age out
-    max_age         interval
+    max_age         interval,
+    -- NULL: no limit
+    rate_limit      numeric CONSTRAINT endpoints_rate_limit_check
+                    CHECK (rate_limit > 0 AND rate_limit <= 1000000)
 );
 COMMENT ON TABLE outbox.endpoints IS 'webhook endpoints and what they subscribe to; change through the endpoint functions';
 COMMENT ON COLUMN outbox.endpoints.event_types IS 'patterns: exact type, "*", or a prefix ending in "*" (e.g. "booking.*")';
@@ -207,6 +212,8 @@ COMMENT ON COLUMN outbox.endpoints.format IS
     'what requests look like: standard-webhooks, cloudevents (structured mode) or cloudevents-binary';
 COMMENT ON COLUMN outbox.endpoints.max_age IS
     'an event older than this (since its emit) is not sent to this endpoint but recorded as expired; NULL: no limit';
+COMMENT ON COLUMN outbox.endpoints.rate_limit IS
+    'most requests a second to this endpoint (bursts of a tenth of a second''s worth); NULL: no limit';
 
 -- Delivery health, written by the relay once per recorded batch.  Apart
 -- from outbox.endpoints so that an administrator's open transaction on an
@@ -705,6 +712,23 @@ END
 $$;
 COMMENT ON FUNCTION outbox._check_max_age(interval) IS 'internal: validate an endpoint''s max_age';
 
+-- NaN is greater than every number: the upper bound refuses it, and
+-- 'Infinity'.
+CREATE FUNCTION outbox._check_rate_limit(rate_limit numeric) RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF rate_limit IS NOT NULL AND NOT (rate_limit > 0 AND rate_limit <= 1000000) THEN
+        RAISE EXCEPTION 'rate_limit must be greater than 0 and at most 1000000'
+            USING ERRCODE = '22023',
+                  DETAIL = format('The value given was %s.', rate_limit),
+                  HINT = 'It counts requests a second, 0.5 for one every two seconds; NULL (create_endpoint) or 0 (alter_endpoint) means no limit.';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION outbox._check_rate_limit(numeric) IS 'internal: validate an endpoint''s rate_limit';
+
 -- The format's name, checked, and the endpoint's headers against it: in
 -- cloudevents-binary the relay sets the ce-* headers of the attributes it
 -- maps, and an endpoint may not set them too.
@@ -785,7 +809,8 @@ CREATE FUNCTION outbox.create_endpoint(
     max_in_flight integer  DEFAULT NULL,
     format        text     DEFAULT 'standard-webhooks',
     max_age       interval DEFAULT NULL,
-    auth          jsonb    DEFAULT NULL)
+    auth          jsonb    DEFAULT NULL,
+    rate_limit    numeric  DEFAULT NULL)
 RETURNS text
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -819,6 +844,7 @@ BEGIN
     PERFORM outbox._check_endpoint_settings(timeout, max_attempts);
     PERFORM outbox._check_max_in_flight(max_in_flight);
     PERFORM outbox._check_max_age(max_age);
+    PERFORM outbox._check_rate_limit(rate_limit);
     fmt := outbox._check_format(format, hdrs);
     the_auth := outbox._check_auth(create_endpoint.auth);
     PERFORM outbox._check_auth_headers(the_auth, hdrs);
@@ -830,8 +856,9 @@ BEGIN
     END IF;
 
     INSERT INTO outbox.endpoints (name, url, event_types, headers, ordered, timeout, max_attempts,
-                                  max_in_flight, format, max_age)
-    VALUES (name, the_url, types, hdrs, ordered, timeout, max_attempts, max_in_flight, fmt, max_age)
+                                  max_in_flight, format, max_age, rate_limit)
+    VALUES (name, the_url, types, hdrs, ordered, timeout, max_attempts, max_in_flight, fmt, max_age,
+            rate_limit)
     RETURNING id INTO eid;
     INSERT INTO outbox.endpoint_secrets (endpoint_id, secret, auth) VALUES (eid, the_secret, the_auth);
     INSERT INTO outbox.endpoint_health (endpoint_id) VALUES (eid);
@@ -843,14 +870,14 @@ EXCEPTION
         RAISE EXCEPTION 'endpoint "%" already exists', name USING ERRCODE = '42710';
 END
 $$;
-COMMENT ON FUNCTION outbox.create_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text, interval, jsonb) IS
+COMMENT ON FUNCTION outbox.create_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text, interval, jsonb, numeric) IS
     'create a webhook endpoint that receives events emitted from now on; returns its signing secret';
 
--- max_in_flight 0 goes back to following outbox.endpoint_concurrency, and
--- max_age '0' to no limit; NULL leaves either as it is, as for every other
--- argument.  The headers and the format an endpoint ends up with are
--- checked together: changing either one alone can make a pair the relay
--- would not send.
+-- max_in_flight 0 goes back to following outbox.endpoint_concurrency,
+-- max_age '0' and rate_limit 0 to no limit; NULL leaves each as it is, as
+-- for every other argument.  The headers and the format an endpoint ends
+-- up with are checked together: changing either one alone can make a pair
+-- the relay would not send.
 CREATE FUNCTION outbox.alter_endpoint(
     name          text,
     url           text     DEFAULT NULL,
@@ -863,7 +890,8 @@ CREATE FUNCTION outbox.alter_endpoint(
     max_in_flight integer  DEFAULT NULL,
     format        text     DEFAULT NULL,
     max_age       interval DEFAULT NULL,
-    auth          jsonb    DEFAULT NULL)
+    auth          jsonb    DEFAULT NULL,
+    rate_limit    numeric  DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -886,6 +914,7 @@ BEGIN
     PERFORM outbox._check_endpoint_settings(timeout, max_attempts);
     PERFORM outbox._check_max_in_flight(nullif(max_in_flight, 0));
     PERFORM outbox._check_max_age(nullif(max_age, interval '0'));
+    PERFORM outbox._check_rate_limit(nullif(rate_limit, 0));
     -- (locked: a concurrent change of the other half cannot slip between)
     SELECT * INTO cur FROM outbox.endpoints e WHERE e.id = eid FOR UPDATE;
     PERFORM outbox._check_format(coalesce(alter_endpoint.format, cur.format),
@@ -907,6 +936,8 @@ BEGIN
            format = coalesce(alter_endpoint.format, e.format),
            max_age = CASE WHEN alter_endpoint.max_age IS NULL THEN e.max_age
                           ELSE nullif(alter_endpoint.max_age, interval '0') END,
+           rate_limit = CASE WHEN alter_endpoint.rate_limit IS NULL THEN e.rate_limit
+                             ELSE nullif(alter_endpoint.rate_limit, 0) END,
            updated_at = now()
      WHERE e.id = eid;
     IF the_secret IS NOT NULL THEN
@@ -920,7 +951,7 @@ BEGIN
     PERFORM outbox._wake_at_commit();
 END
 $$;
-COMMENT ON FUNCTION outbox.alter_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text, interval, jsonb) IS
+COMMENT ON FUNCTION outbox.alter_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text, interval, jsonb, numeric) IS
     'change an endpoint; NULL leaves a setting as it is (auth => ''{}'' removes its client authentication)';
 
 CREATE FUNCTION outbox.drop_endpoint(name text) RETURNS void
@@ -1195,7 +1226,10 @@ COMMENT ON FUNCTION outbox._unread(integer) IS 'internal: count and oldest of th
 -- its requests in flight now, as the relay last published them; format
 -- what its requests look like; max_age its limit on an event's age, and
 -- expired the events it was not sent because they expired, as the attempt
--- log still has them (outbox.attempt_retention).
+-- log still has them (outbox.attempt_retention); rate_limit its limit
+-- (NULL: none), and rate_limited whether the relay holds deliveries to it
+-- back now, for its limit or for a Retry-After it answered, as the relay
+-- last published it.
 CREATE VIEW outbox.endpoint_status AS
 SELECT ep.name,
        CASE WHEN ep.disabled_at IS NOT NULL THEN 'disabled'
@@ -1224,7 +1258,9 @@ SELECT ep.name,
        ep.format,
        ep.max_age,
        (SELECT count(*) FROM outbox.attempt_log a
-         WHERE a.endpoint_id = ep.id AND a.error = 'expired') AS expired
+         WHERE a.endpoint_id = ep.id AND a.error = 'expired') AS expired,
+       ep.rate_limit,
+       coalesce(f.held, false) AS rate_limited
   FROM outbox.endpoints ep
   JOIN outbox.endpoint_health h ON h.endpoint_id = ep.id
   CROSS JOIN LATERAL outbox._unread(ep.id) u
@@ -1238,7 +1274,7 @@ SELECT ep.name,
          WHERE rr.endpoint_id = ep.id AND (e.id IS NOT NULL OR dl.id IS NOT NULL)) r ON true
   LEFT JOIN outbox._in_flight() f ON f.endpoint_id = ep.id;
 COMMENT ON VIEW outbox.endpoint_status IS
-    'one row per endpoint: state and why, events waiting and the age of the oldest, in retry, dead, last success and failure, backlog given up, cap on and requests in flight now, format, max_age and events expired';
+    'one row per endpoint: state and why, events waiting and the age of the oldest, in retry, dead, last success and failure, backlog given up, cap on and requests in flight now, format, max_age and events expired, rate limit and whether it holds the endpoint now';
 
 -- Retries count as waiting whether their event is in outbox.events or set
 -- aside in outbox.delayed.  The age of what waits leaves out events not
@@ -1413,7 +1449,8 @@ CREATE FUNCTION outbox._relay_endpoints()
 RETURNS TABLE (id integer, name text, url text, header_lines text, timeout_ms bigint,
                max_attempts integer, ordered boolean, active boolean, secret text,
                previous_secret text, event_types text[], follows boolean, max_in_flight integer,
-               format text, max_age_ms bigint, auth jsonb)
+               format text, max_age_ms bigint, auth jsonb, rate_limit double precision,
+               changed_at timestamptz)
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off
@@ -1423,7 +1460,8 @@ AS $$
            outbox._timeout_ms(e.timeout), e.max_attempts, e.ordered,
            NOT e.paused AND e.disabled_at IS NULL, s.secret,
            CASE WHEN s.previous_expires_at > now() THEN s.previous_secret END,
-           e.event_types, p.follows, e.max_in_flight, e.format, outbox._timeout_ms(e.max_age), s.auth
+           e.event_types, p.follows, e.max_in_flight, e.format, outbox._timeout_ms(e.max_age), s.auth,
+           e.rate_limit::double precision, e.updated_at
       FROM outbox.endpoints e
       JOIN outbox.endpoint_secrets s ON s.endpoint_id = e.id
       JOIN outbox.positions p ON p.endpoint_id = e.id

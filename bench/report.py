@@ -187,7 +187,7 @@ def rate_and_cpu(r, label):
 
 
 def build_rows_issue11(r, row):
-    """Cases 8 to 13, run at the server's default relay settings."""
+    """Cases 8 to 13, expiry and rate, run at the server's default relay settings."""
     one = num(r, "one.rate")
 
     # 8. One endpoint at default settings
@@ -264,6 +264,31 @@ def build_rows_issue11(r, row):
             rate_and_cpu(r, "tls_https"), f"plain HTTP {rate_and_cpu(r, 'tls_http')}",
             fmt(ratio(https, http)), "(what TLS costs)", None)
 
+    # rate: rate limits (issue 14, item 1)
+    if "limited.rate" in r:
+        rate, limit = num(r, "limited.rate"), num(r, "limited.limit")
+        row(f"rate: one endpoint with rate_limit {fmt(limit)}, {int(num(r, 'limited.deliveries')):,} events",
+            rate_and_cpu(r, "limited"), f"its limit {fmt(limit)}/s", fmt(ratio(rate, limit)),
+            "within 5%", abs(ratio(rate, limit) - 1) <= 0.05)
+    if "limit_on.rate" in r:
+        on, off = num(r, "limit_on.rate"), num(r, "limit_off.rate")
+        row(f"rate: one endpoint with rate_limit {fmt(num(r, 'limit_on.limit'))} (never reached), "
+            f"{int(num(r, 'limit_on.deliveries')):,} events, median of "
+            f"{len(r['limit_on.rounds'].split(','))} rounds",
+            rate_and_cpu(r, "limit_on"), f"no limit {rate_and_cpu(r, 'limit_off')}",
+            fmt(ratio(on, off)), "≥ 0.95", ratio(on, off) >= 0.95)
+        # The relay's CPU per delivery, each round's, the median: less at the
+        # mercy of a busy machine than the rate.
+        cpu = {}
+        for kind in ("on", "off"):
+            us = sorted(num(r, f"limit_{kind}_{i}.relay_cpu") * num(r, f"limit_{kind}_{i}.seconds")
+                        / num(r, f"limit_{kind}_{i}.deliveries") * 1e6
+                        for i in range(1, len(r[f"limit_{kind}.rounds"].split(",")) + 1))
+            cpu[kind] = us[(len(us) - 1) // 2]
+        row("rate: the same, the relay's CPU per delivery (median of the rounds)",
+            f"{fmt(cpu['on'])} µs", f"no limit {fmt(cpu['off'])} µs", fmt(ratio(cpu["on"], cpu["off"])),
+            "(for scale)", None)
+
 
 def table(rows):
     head = ("case", "measured", "baseline (same run)", "ratio", "target", "met")
@@ -304,7 +329,7 @@ def main():
     env = (f"{r.get('env.cores')} cores ({r.get('env.cpu', '?').replace('_', ' ')}), "
            f"PostgreSQL {r.get('env.pg_version')}, outbox {r.get('env.git', '?')}, "
            f"relay settings {r.get('env.settings')}"
-           + (f" for cases 1 to 7 and the server's defaults ({r['env.default_settings']}) for 8 to 13"
+           + (f" for cases 1 to 7 and the server's defaults ({r['env.default_settings']}) for 8 to 13 and the named cases"
               if "env.default_settings" in r else "")
            + f"; whole run {r.get('env.seconds')} s")
     times = ", ".join(f"{k[5:]} {v} s" for k, v in r.items() if k.startswith("time."))
@@ -322,8 +347,8 @@ def main():
     with open(os.path.join(args.out, name), "w") as f:
         f.write("# Benchmark results\n\n")
         f.write(f"Written by `{command}` on {datetime.date.today()}: {env}.\n")
-        f.write("Ratios compare figures measured in this run; the targets are issue 5's (cases 1 to 7) "
-                "and issue 11's (cases 8 to 13).\n\n")
+        f.write("Ratios compare figures measured in this run; the targets are issue 5's (cases 1 to 7), "
+                "issue 11's (cases 8 to 13) and issue 14's (expiry, rate).\n\n")
         f.write(text + "\n\n")
         f.write(f"{met} targets met, {len(missed)} missed.\n\n")
         f.write(f"Wall time per case: {times}.\n\n")

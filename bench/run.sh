@@ -24,7 +24,8 @@
 # 13 alone about 13 (three of their runs wait out MANY_TIMEOUT).
 # Case "expiry" (issue 14: one endpoint with expiry and priority in use
 # against off) runs only when named: BENCH_CASES="expiry" (MANY_EVENTS and
-# CONTROL_ROUNDS size it).
+# CONTROL_ROUNDS size it).  So does case "rate" (issue 14: rate limits;
+# the LIMIT_* variables and MANY_EVENTS size it).
 #
 # It installs the extension into the system's PostgreSQL, as the test suite
 # does, so it holds /tmp/outbox-test.lock (as scripts/test.sh does) while it
@@ -72,6 +73,10 @@ HANGING_ENDPOINTS=${HANGING_ENDPOINTS:-100} # case 12: of MANY_ENDPOINTS, never 
 HANG_TIMEOUT=${HANG_TIMEOUT:-5 seconds}     # case 12: their timeout
 TLS_ROUNDS=${TLS_ROUNDS:-3}                 # case 13: rounds of http and https
 CONTROL_ROUNDS=${CONTROL_ROUNDS:-3}         # case expiry: rounds of off and on
+LIMIT_RATE=${LIMIT_RATE:-500}               # case rate: the limited endpoint's rate_limit
+LIMIT_SECONDS=${LIMIT_SECONDS:-20}          # case rate: its backlog, in seconds at that rate
+LIMIT_HIGH=${LIMIT_HIGH:-1000000}           # case rate: a limit far above what one endpoint gets
+LIMIT_ROUNDS=${LIMIT_ROUNDS:-3}             # case rate: rounds without and with LIMIT_HIGH
 MANY_TIMEOUT=${MANY_TIMEOUT:-120}           # cases 8 to 13: longest wait for one delivery run
 BENCH_CASES=${BENCH_CASES:-1 2 3 4 5 6 7 perf 8 9 10 11 12 13}
 
@@ -1019,6 +1024,45 @@ case_kafka()
 	RESULTS=$RESULTS PY=$PY PATH=$PGBIN:$PATH bash "$BENCH/kafka.sh"
 }
 
+# Case "rate" (issue 14, item 1): one endpoint limited to LIMIT_RATE
+# requests a second, with LIMIT_SECONDS worth of events waiting: the rate it
+# gets against its limit.  Then case 8's endpoint without a limit and with
+# one far above what it gets (LIMIT_HIGH), rounds in turn, which goes first
+# alternating from round to round; the medians count, on against off.
+case_rate_limit()
+{
+	local round mode modes n=$((LIMIT_RATE * LIMIT_SECONDS))
+
+	use_default_settings
+	log "case rate: one endpoint with rate_limit $LIMIT_RATE, $n events waiting"
+	fresh_outbox
+	new_endpoint limited "http://127.0.0.1:$NGINX_PORT/limited"
+	sql "SELECT outbox.alter_endpoint('limited', rate_limit => $LIMIT_RATE)" >/dev/null
+	emit_backlog "$n"
+	deliver limited limited limited "$n" "$MANY_TIMEOUT"
+	check_delivered limited "$n"
+	result limited.limit "$LIMIT_RATE"
+	log "  one endpoint, $MANY_EVENTS events, without a limit and with rate_limit $LIMIT_HIGH;" \
+		"$LIMIT_ROUNDS rounds in turn (the medians count)"
+	for round in $(seq "$LIMIT_ROUNDS"); do
+		modes="off on"
+		[ $((round % 2)) -eq 1 ] || modes="on off"
+		for mode in $modes; do
+			fresh_outbox
+			new_endpoint "limit_$mode$round" "http://127.0.0.1:$NGINX_PORT/one"
+			if [ "$mode" = on ]; then
+				sql "SELECT outbox.alter_endpoint('limit_on$round', rate_limit => $LIMIT_HIGH)" >/dev/null
+			fi
+			emit_backlog "$MANY_EVENTS"
+			deliver "limit_${mode}_$round" "limit_$mode$round" "limit_$mode$round" "$MANY_EVENTS" "$MANY_TIMEOUT"
+			check_delivered "limit_$mode$round" "$MANY_EVENTS"
+		done
+	done
+	keep_median_round limit_off
+	keep_median_round limit_on
+	result limit_on.limit "$LIMIT_HIGH"
+}
+
 # ---------------------------------------------------------------------------
 
 # run_case NAME FUNCTION: FUNCTION, if BENCH_CASES names NAME; its wall
@@ -1071,6 +1115,7 @@ main()
 	run_case 13 case_tls
 	run_case expiry case_controls
 	run_case 14 case_kafka
+	run_case rate case_rate_limit
 
 	result env.seconds "$(($(date +%s) - T0))"
 	result env.cases "${BENCH_CASES// /,}"

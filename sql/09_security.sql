@@ -35,6 +35,7 @@ SELECT 'function', p.proname,
                                               WHEN 'integer' THEN '1'
                                               WHEN 'smallint' THEN '0::smallint'
                                               WHEN 'bigint' THEN '1'
+                                              WHEN 'numeric' THEN '1'
                                               WHEN 'boolean' THEN 'false'
                                               WHEN 'uuid' THEN $$'01890a5d-ac96-774b-bcce-b302099a8057'::uuid$$
                                               WHEN 'interval' THEN $$'1 second'::interval$$

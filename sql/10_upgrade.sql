@@ -297,9 +297,11 @@ DROP ROLE outbox_upgrade_admin;
 
 -- The same from 1.4: an endpoint, events, a retry and grants made under 1.4
 -- carry over to 1.5.  1.5 makes emit again with expires_at and priority,
--- and create_endpoint and alter_endpoint with max_age and auth: the grants
--- on them move to the new signatures; what 1.4 emitted has no expiry and
--- priority 0, and the endpoint has no auth.
+-- and create_endpoint and alter_endpoint with max_age, auth and
+-- rate_limit: the grants on them move to the new signatures; what 1.4
+-- emitted has no expiry and priority 0, and the endpoint has no auth and
+-- no rate limit.  endpoint_status is made again (rate_limit,
+-- rate_limited): the grants on it carry over too.
 CREATE DATABASE outbox_upgrade_14;
 \c outbox_upgrade_14
 :fingerprint_functions;
@@ -314,6 +316,7 @@ CREATE ROLE outbox_upgrade_admin;
 GRANT USAGE ON SCHEMA outbox TO outbox_upgrade_admin;
 GRANT EXECUTE ON FUNCTION outbox.create_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text)
    TO outbox_upgrade_admin;
+GRANT SELECT ON outbox.endpoint_status TO outbox_upgrade_admin WITH GRANT OPTION;
 SELECT outbox.create_endpoint('up', 'https://example.com/hook', format => 'cloudevents') IS NOT NULL AS created;
 SELECT outbox.emit('order.created', '{"n": 1}', key => 'k1') IS NOT NULL AS emitted;
 SELECT outbox.emit('order.created', '{"n": 2}', key => 'k2') IS NOT NULL AS emitted;
@@ -324,7 +327,7 @@ SELECT 1, e.id, e.event_id, e.key, 1, now() - interval '1 second'
 ALTER EXTENSION outbox UPDATE;
 SELECT extversion FROM pg_extension WHERE extname = 'outbox';
 
-SELECT name, format, max_age, expired FROM outbox.endpoint_status;
+SELECT name, format, max_age, expired, rate_limit, rate_limited FROM outbox.endpoint_status;
 SELECT r.event_type, r.key, r.data, r.expires_at, r.priority
   FROM outbox._read_page(1, 10, false, 1048576) r;
 SELECT r.key, r.attempts, r.expires_at, r.priority
@@ -338,7 +341,9 @@ SELECT has_function_privilege('outbox_upgrade_app', 'outbox.alter_endpoint'::reg
        has_function_privilege('outbox_upgrade_app', 'outbox.create_endpoint'::regproc,
            'EXECUTE') AS create_not_granted,
        has_function_privilege('outbox_upgrade_admin', 'outbox.create_endpoint'::regproc,
-           'EXECUTE') AS create_granted_admin;
+           'EXECUTE') AS create_granted_admin,
+       has_table_privilege('outbox_upgrade_admin', 'outbox.endpoint_status', 'SELECT WITH GRANT OPTION')
+           AS status_granted_admin;
 -- The app role emits with the new arguments, and by position as before.
 SET ROLE outbox_upgrade_app;
 SELECT outbox.emit('order.created', '{"n": 3}', NULL, NULL, NULL, NULL,
@@ -350,8 +355,11 @@ SELECT payload->>'n' AS n, key, expires_at IS NOT NULL AS expires, priority
 SELECT s.auth IS NULL AS no_auth FROM outbox.endpoint_secrets s;
 SELECT outbox.alter_endpoint('up', auth => '{"bearer": "tok-up"}');
 SELECT s.auth FROM outbox.endpoint_secrets s;
+SELECT outbox.alter_endpoint('up', rate_limit => 10);
+SELECT name, rate_limit FROM outbox.endpoint_status;
 
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA outbox FROM outbox_upgrade_app, outbox_upgrade_admin CASCADE;
+REVOKE ALL ON outbox.endpoint_status FROM outbox_upgrade_admin CASCADE;
 REVOKE USAGE ON SCHEMA outbox FROM outbox_upgrade_app, outbox_upgrade_admin;
 SELECT * FROM pg_temp.outbox_differences(:'fresh');
 

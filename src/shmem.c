@@ -13,11 +13,14 @@
  * and a relay starting reads everything anyway.
  *
  * Each slot also shows what its relay has in flight per endpoint, its
- * senders' requests included: a table of OUTBOX_MAX_CONCURRENCY entries,
- * each one atomic word holding an endpoint id and a count, written by the
- * relay alone and read by outbox._in_flight() without a lock.  An endpoint
- * holds an entry only while it has a request in flight, so there are never
- * more endpoints to show than entries.
+ * senders' requests included, and which endpoints its rate limit holds
+ * (limit.c): a table of SHOWN_ENTRIES entries, each one atomic word holding
+ * an endpoint id, a count and the held flag, written by the relay alone
+ * and read by outbox._in_flight() without a lock.  An endpoint holds an
+ * entry only while it has a request in flight or is held.  At most
+ * OUTBOX_MAX_CONCURRENCY endpoints have requests in flight, and at most
+ * that many entries go to held endpoints with none (more are not shown as
+ * held), so there are never more endpoints to show than entries.
  *
  *-------------------------------------------------------------------------
  */
@@ -45,6 +48,10 @@ PG_FUNCTION_INFO_V1(outbox_relay_stats);
 PG_FUNCTION_INFO_V1(outbox_in_flight);
 
 #define INVALID_PROCNO	PG_UINT32_MAX
+/* Entries of a slot's table of endpoints in flight or held. */
+#define SHOWN_ENTRIES	(2 * OUTBOX_MAX_CONCURRENCY)
+/* In an entry's low word: the endpoint is held; the rest is its count. */
+#define SHOWN_HELD		((uint32) 1 << 31)
 /* Databases at once whose relay a database command holds off. */
 #define MAX_HOLDS		16
 
@@ -61,8 +68,8 @@ typedef struct RelaySlot
 	uint64		requests_seen;	/* launch requests when it looked for the
 								 * extension (RELAY_EXIT_ABSENT) */
 	pg_atomic_uint64 counters[RELAY_NCOUNTERS];
-	/* endpoint id << 32 | requests in flight; 0: a free entry */
-	pg_atomic_uint64 in_flight[OUTBOX_MAX_CONCURRENCY];
+	/* endpoint id << 32 | SHOWN_HELD if held | requests in flight; 0: free */
+	pg_atomic_uint64 in_flight[SHOWN_ENTRIES];
 } RelaySlot;
 
 typedef struct HeldDatabase
@@ -87,9 +94,13 @@ static OutboxShared *shared = NULL;
 static int	my_slot = -1;
 static int	cached_slot = -1;
 
-/* The relay's free entries of its slot's in-flight table, as a stack. */
+/*
+ * The relay's free entries of its slot's in-flight table, as a stack, and
+ * how many entries it gave to held endpoints with nothing in flight.
+ */
 static int *free_entries = NULL;
 static int	n_free = 0;
+static int	n_held_only = 0;
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
@@ -137,7 +148,7 @@ outbox_shmem_startup(void)
 			pg_atomic_init_u64(&s->endpoints_version, 0);
 			for (int c = 0; c < RELAY_NCOUNTERS; c++)
 				pg_atomic_init_u64(&s->counters[c], 0);
-			for (int e = 0; e < OUTBOX_MAX_CONCURRENCY; e++)
+			for (int e = 0; e < SHOWN_ENTRIES; e++)
 				pg_atomic_init_u64(&s->in_flight[e], 0);
 		}
 	}
@@ -362,14 +373,14 @@ outbox_relay_attach(int slot, Oid dboid)
 		pg_atomic_write_u64(&s->counters[i], 0);
 	/* Nothing in flight yet; every entry free, the first on top. */
 	if (free_entries == NULL)
-		free_entries = MemoryContextAlloc(TopMemoryContext,
-										  sizeof(int) * OUTBOX_MAX_CONCURRENCY);
-	for (int e = 0; e < OUTBOX_MAX_CONCURRENCY; e++)
+		free_entries = MemoryContextAlloc(TopMemoryContext, sizeof(int) * SHOWN_ENTRIES);
+	for (int e = 0; e < SHOWN_ENTRIES; e++)
 	{
 		pg_atomic_write_u64(&s->in_flight[e], 0);
-		free_entries[e] = OUTBOX_MAX_CONCURRENCY - 1 - e;
+		free_entries[e] = SHOWN_ENTRIES - 1 - e;
 	}
-	n_free = OUTBOX_MAX_CONCURRENCY;
+	n_free = SHOWN_ENTRIES;
+	n_held_only = 0;
 	s->started_at = GetCurrentTimestamp();
 	s->exit_reason = RELAY_EXIT_UNKNOWN;
 	pg_write_barrier();
@@ -413,21 +424,30 @@ outbox_endpoints_version(void)
 }
 
 /*
- * Show that an endpoint has n requests in flight.  shown_at is what the
- * previous call returned for it (0 the first time): 1 + its entry, kept
- * while n > 0 and freed at 0.  Returns the new shown_at.  Should the table
- * ever be full (it cannot: see OUTBOX_MAX_CONCURRENCY), the endpoint is
- * not shown, and reads as nothing in flight.
+ * Show that an endpoint has n requests in flight, and whether it is held.
+ * shown_at is what the previous call returned for it (0 the first time):
+ * 1 + its entry, kept while n > 0 or held and freed otherwise.  Returns the
+ * new shown_at.  A held endpoint with nothing in flight beyond the
+ * OUTBOX_MAX_CONCURRENCY such is shown as not held.  Should the table ever
+ * be full (it cannot: see SHOWN_ENTRIES), the endpoint is not shown, and
+ * reads as nothing in flight, not held.
  */
 int
-outbox_show_in_flight(int shown_at, int endpoint_id, int n)
+outbox_show_in_flight(int shown_at, int endpoint_id, int n, bool held)
 {
 	pg_atomic_uint64 *table;
+	bool		was_held_only = false;
 
 	if (my_slot < 0)
 		return 0;
 	table = shared->slots[my_slot].in_flight;
-	if (n <= 0)
+	n = Max(n, 0);
+	if (shown_at > 0)
+		was_held_only = (uint32) pg_atomic_read_u64(&table[shown_at - 1]) == SHOWN_HELD;
+	if (n == 0 && held && !was_held_only && n_held_only >= OUTBOX_MAX_CONCURRENCY)
+		held = false;
+	n_held_only += (n == 0 && held ? 1 : 0) - (was_held_only ? 1 : 0);
+	if (n == 0 && !held)
 	{
 		if (shown_at > 0)
 		{
@@ -439,11 +459,15 @@ outbox_show_in_flight(int shown_at, int endpoint_id, int n)
 	if (shown_at == 0)
 	{
 		if (n_free == 0)
+		{
+			n_held_only -= (n == 0 ? 1 : 0);
 			return 0;
+		}
 		shown_at = free_entries[--n_free] + 1;
 	}
 	pg_atomic_write_u64(&table[shown_at - 1],
-						((uint64) (uint32) endpoint_id << 32) | (uint32) n);
+						((uint64) (uint32) endpoint_id << 32) |
+						(held ? SHOWN_HELD : 0) | (uint32) n);
 	return shown_at;
 }
 
@@ -531,11 +555,12 @@ outbox_relay_stats(PG_FUNCTION_ARGS)
 }
 
 /*
- * outbox._in_flight() returns (endpoint_id, in_flight): the requests the
- * relay of this database has in flight now, per endpoint with any, its
- * senders' included.  Read without a lock: each count is one the relay
- * published, and the counts of different endpoints may be a moment apart.
- * No rows while no relay runs here, or without shared memory.
+ * outbox._in_flight() returns (endpoint_id, in_flight, held): the requests
+ * the relay of this database has in flight now, its senders' included, and
+ * whether its rate limit holds the endpoint (limit.c), per endpoint with
+ * either.  Read without a lock: each entry is one the relay published, and
+ * those of different endpoints may be a moment apart.  No rows while no
+ * relay runs here, or without shared memory.
  */
 Datum
 outbox_in_flight(PG_FUNCTION_ARGS)
@@ -547,16 +572,17 @@ outbox_in_flight(PG_FUNCTION_ARGS)
 	s = my_database_slot();
 	if (s == NULL || pg_atomic_read_u32(&s->pid) == 0)
 		return (Datum) 0;
-	for (int e = 0; e < OUTBOX_MAX_CONCURRENCY; e++)
+	for (int e = 0; e < SHOWN_ENTRIES; e++)
 	{
 		uint64		v = pg_atomic_read_u64(&s->in_flight[e]);
-		Datum		values[2];
-		bool		nulls[2] = {0};
+		Datum		values[3];
+		bool		nulls[3] = {0};
 
 		if ((uint32) v == 0)
 			continue;
 		values[0] = Int32GetDatum((int32) (v >> 32));
-		values[1] = Int32GetDatum((int32) (uint32) v);
+		values[1] = Int32GetDatum((int32) ((uint32) v & ~SHOWN_HELD));
+		values[2] = BoolGetDatum(((uint32) v & SHOWN_HELD) != 0);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;

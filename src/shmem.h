@@ -14,9 +14,11 @@
 
 /*
  * The most requests a relay keeps in flight (outbox.max_concurrency's upper
- * bound).  Each relay slot has a table of that many entries for its
- * endpoints' requests in flight (outbox._in_flight()): an endpoint takes an
- * entry only while it has one in flight, so the table cannot run out.
+ * bound).  Each relay slot has a table of twice that many entries for its
+ * endpoints' requests in flight and which are held by their rate limit
+ * (outbox._in_flight()): an endpoint takes an entry only while it has one
+ * in flight or is held, and held endpoints with none take at most half
+ * (shmem.c), so the table cannot run out.
  */
 #define OUTBOX_MAX_CONCURRENCY	10000
 
@@ -62,7 +64,7 @@ extern void outbox_relay_attach(int slot, Oid dboid);
 extern void outbox_relay_detach(RelayExit reason, uint64 requests_seen);
 extern void outbox_count(RelayCounter counter, uint64 n);
 extern uint64 outbox_endpoints_version(void);
-extern int	outbox_show_in_flight(int shown_at, int endpoint_id, int n);
+extern int	outbox_show_in_flight(int shown_at, int endpoint_id, int n, bool held);
 
 /* Backends */
 extern void outbox_wake_relay(void);

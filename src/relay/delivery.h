@@ -13,6 +13,7 @@
 
 #include "datatype/timestamp.h"
 #include "lib/ilist.h"
+#include "lib/pairingheap.h"
 #include "utils/uuid.h"
 
 #include "format.h"
@@ -86,6 +87,15 @@ typedef struct RelayEndpoint
 								 * requests in flight (shmem.c), 0: none */
 	struct EndpointAuth *auth;	/* client authentication (credentials.h),
 								 * or NULL */
+	/* its rate limit and a receiver's pause (limit.c) */
+	double		rate_limit;		/* requests a second; 0: none */
+	double		tokens;			/* in its bucket, as of tokens_at */
+	TimestampTz tokens_at;
+	TimestampTz paused_until;	/* a 429 or 503's Retry-After; 0: none */
+	TimestampTz changed_at;		/* its row's updated_at, as last loaded */
+	bool		held;			/* deliveries wait for the limit or pause */
+	TimestampTz held_until;		/* when it is looked at again */
+	pairingheap_node held_node;
 } RelayEndpoint;
 
 typedef enum DeliveryState

@@ -48,6 +48,7 @@
 #include "credentials.h"
 #include "delivery.h"
 #include "guc.h"
+#include "limit.h"
 #include "policy.h"
 #include "priority.h"
 #include "route.h"
@@ -438,6 +439,7 @@ load_endpoints(void)
 	RelayEndpoint *ep;
 	EndpointRow *rows;
 	int			n = store_load_endpoints(&rows, relay_cxt);
+	TimestampTz now = GetCurrentTimestamp();
 
 	hash_seq_init(&seq, endpoints);
 	while ((ep = hash_seq_search(&seq)) != NULL)
@@ -495,6 +497,11 @@ load_endpoints(void)
 		ep->old_keylen = row->old_keylen;
 		ep->max_in_flight = row->max_in_flight;
 		ep->max_age_ms = row->max_age_ms;
+		limit_set_rate(ep, row->rate_limit, now);
+		/* Changed (altered, paused, resumed): a Retry-After's pause ends. */
+		if (found && row->changed_at != ep->changed_at)
+			limit_unpause(ep, now);
+		ep->changed_at = row->changed_at;
 		if (row->format_ok)
 			ep->format = row->format;
 		else
@@ -527,7 +534,7 @@ load_endpoints(void)
 		if (ep->seen)
 			continue;
 		ep->active = false;
-		if (ep->page == NULL && ep->due == NULL && !ep->detach)
+		if (ep->page == NULL && ep->due == NULL && !ep->detach && !ep->held)
 		{
 			free_endpoint_strings(ep);
 			credentials_free(ep);
@@ -684,11 +691,13 @@ route_page(StreamPage *p)
 			if (!ep->follows)
 				continue;
 			/*
-			 * One that may not receive now, fails without pause, or still has
+			 * One that may not receive now, fails without pause, still has
 			 * a page of its own in flight (its row was made to follow by a
-			 * rebase) reads on its own from where the stream is.
+			 * rebase), or is paused by a Retry-After (limit_may_follow) reads
+			 * on its own from where the stream is.
 			 */
-			if (!ep->active || ep->consecutive_failures >= CIRCUIT_FAILURES || ep->page != NULL)
+			if (!ep->active || ep->consecutive_failures >= CIRCUIT_FAILURES || ep->page != NULL ||
+				!limit_may_follow(ep, now))
 			{
 				detach(ep);
 				continue;
@@ -862,13 +871,15 @@ read_stream(void)
 	MemoryContext cxt;
 	EventRows	rows;
 	StreamPage *p;
+	TimestampTz now = GetCurrentTimestamp();
 
 	foreach(lc, own_readers)
 	{
 		RelayEndpoint *ep = (RelayEndpoint *) lfirst(lc);
 
 		if (ep->active && !ep->follows && !ep->detach && ep->page == NULL &&
-			ep->consecutive_failures < CIRCUIT_FAILURES && !failing(ep))
+			ep->consecutive_failures < CIRCUIT_FAILURES && !failing(ep) &&
+			limit_may_follow(ep, now))
 			candidates = lappend(candidates, ep);
 	}
 	if (candidates != NIL)
@@ -932,7 +943,8 @@ read_stream(void)
  * walks the ids until it has its events, and an endpoint whose types are
  * rare walks far for a full page it could not send for minutes (bench
  * case 12: 100 endpoints that never answer, a 20 ms walk each when their
- * first timeouts came, the others' deliveries stalled meanwhile).
+ * first timeouts came, the others' deliveries stalled meanwhile).  One
+ * with a rate limit reads what it may send in a few seconds.
  */
 static int
 own_page_size(const RelayEndpoint *ep)
@@ -940,10 +952,10 @@ own_page_size(const RelayEndpoint *ep)
 	if (ep->consecutive_failures >= CIRCUIT_FAILURES)
 		return 1;
 	if (ep->lagged || ep->retry_failures > 0)
-		return Min(outbox_batch_size, 2 * endpoint_cap(ep));
+		return limit_page_size(ep, Min(outbox_batch_size, 2 * endpoint_cap(ep)));
 	if (!target_takes_slot(ep->target))
-		return BROKER_PAGE_FACTOR * outbox_batch_size;
-	return outbox_batch_size;
+		return limit_page_size(ep, BROKER_PAGE_FACTOR * outbox_batch_size);
+	return limit_page_size(ep, outbox_batch_size);
 }
 
 /*
@@ -1274,11 +1286,14 @@ endpoint_cap(const RelayEndpoint *ep)
 	return Max(1, cap >> Min(ep->retry_failures, 16));
 }
 
-/* Put an endpoint at the end of the ready list if deliveries may wait. */
+/*
+ * Put an endpoint at the end of the ready list if deliveries may wait,
+ * unless its rate limit holds it (limit.c: it comes back by itself).
+ */
 static void
 make_ready(RelayEndpoint *ep)
 {
-	if (ep->ready || !(may_wait(ep->page) || may_wait(ep->due)))
+	if (ep->ready || ep->held || !(may_wait(ep->page) || may_wait(ep->due)))
 		return;
 	ep->ready = true;
 	dlist_push_tail(&ready, &ep->ready_node);
@@ -1295,11 +1310,14 @@ unready(RelayEndpoint *ep)
 	update_busy(ep);
 }
 
-/* Tell backends how many requests of an endpoint are in flight now. */
+/*
+ * Tell backends how many requests of an endpoint are in flight now, and
+ * whether its rate limit holds it.
+ */
 static void
 show_in_flight(RelayEndpoint *ep)
 {
-	ep->shown_at = outbox_show_in_flight(ep->shown_at, ep->id, ep->in_flight);
+	ep->shown_at = outbox_show_in_flight(ep->shown_at, ep->id, ep->in_flight, ep->held);
 }
 
 /*
@@ -1342,6 +1360,21 @@ submit(Delivery *d)
 	show_in_flight(ep);
 }
 
+/*
+ * Hold an endpoint that its rate limit or a pause stops (limit.c), out of
+ * the ready list.  One that follows the stream stops following it: its
+ * part would hold the stream's page, and every endpoint after it, while it
+ * waits; the part becomes its own page, and it reads on its own until it
+ * is back where the stream is.
+ */
+static void
+hold(RelayEndpoint *ep, TimestampTz now)
+{
+	limit_hold(ep, now);
+	show_in_flight(ep);
+	if (ep->follows)
+		detach(ep);
+}
 
 /* Why pump_batch stopped. */
 typedef enum PumpStop
@@ -1349,20 +1382,21 @@ typedef enum PumpStop
 	PUMP_SENT_ALL,				/* nothing of the batch waits any more */
 	PUMP_BEHIND_KEY,			/* what waits, waits behind its key */
 	PUMP_AT_LIMIT,				/* the endpoint's limit or the relay's slots */
-	PUMP_NO_TOKEN				/* its OAuth2 token is being fetched */
+	PUMP_NO_TOKEN,				/* its OAuth2 token is being fetched */
+	PUMP_HELD					/* its rate limit, or a pause (limit.c) */
 } PumpStop;
 
 static void fail_unsent(Delivery *d, const char *why);
 
 /*
  * Submit a batch's waiting deliveries, in order, while its endpoint is
- * under limit and the relay under slots.  On an ordered endpoint a
- * delivery waits for the previous one of its key in the batch: sent once
- * that one was delivered or dead-lettered, deferred behind it when that
- * one is to be retried.
+ * under limit, its rate limit has a token for each and the relay has
+ * slots.  On an ordered endpoint a delivery waits for the previous one of
+ * its key in the batch: sent once that one was delivered or dead-lettered,
+ * deferred behind it when that one is to be retried.
  */
 static PumpStop
-pump_batch(Batch *b, int limit, int slots)
+pump_batch(Batch *b, int limit, int slots, TimestampTz now)
 {
 	bool		all_settled = true;
 	bool		behind_key = false;
@@ -1419,6 +1453,13 @@ pump_batch(Batch *b, int limit, int slots)
 			expire(d);
 			continue;
 		}
+		/* (an expired one takes no token: it is not sent) */
+		if (!limit_take(b->ep, now))
+		{
+			if (all_settled)
+				b->next_submit = i;
+			return PUMP_HELD;
+		}
 		old = MemoryContextSwitchTo(b->cxt);
 		submit(d);
 		MemoryContextSwitchTo(old);
@@ -1438,21 +1479,28 @@ pump_batch(Batch *b, int limit, int slots)
  * the end of the list.
  */
 static void
-pump_endpoint(RelayEndpoint *ep, int limit, int slots)
+pump_endpoint(RelayEndpoint *ep, int limit, int slots, TimestampTz now)
 {
-	PumpStop	due = pump_batch(ep->due, limit, slots);
-	PumpStop	page = due == PUMP_AT_LIMIT || due == PUMP_NO_TOKEN ? due :
-		pump_batch(ep->page, limit, slots);
+	PumpStop	due = pump_batch(ep->due, limit, slots, now);
+	PumpStop	page = due == PUMP_AT_LIMIT || due == PUMP_NO_TOKEN || due == PUMP_HELD ? due :
+		pump_batch(ep->page, limit, slots, now);
 
 	/* (one waiting for its token is made ready by the token's answer) */
 	unready(ep);
-	if (page == PUMP_AT_LIMIT && ep->in_flight < limit)
+	if (page == PUMP_HELD)
+		hold(ep, now);
+	else if (page == PUMP_AT_LIMIT && ep->in_flight < limit)
 		make_ready(ep);			/* the slots ran out: it is served again */
 }
 
 /*
  * Submit what the slots allow, endpoint by endpoint in the order of the
- * ready list, each up to its limit; the others keep their place.
+ * ready list, each up to its limit; due retries before new events.  An
+ * endpoint that got what it may leaves the list (collect puts it back when
+ * one of its requests finishes); one cut short because the slots ran out
+ * goes to the end of the list, and the others keep their place.  One that
+ * its rate limit or a pause stops is held (limit.c) until it may send
+ * again, then comes back first thing here.
  */
 static void
 pump(void)
@@ -1460,6 +1508,14 @@ pump(void)
 	int			slots = relay_slots();
 	dlist_iter	iter;
 	dlist_mutable_iter miter;
+	TimestampTz now = GetCurrentTimestamp();
+	RelayEndpoint *released;
+
+	while ((released = limit_next_released(now)) != NULL)
+	{
+		make_ready(released);
+		show_in_flight(released);
+	}
 
 	/* Batches read since the last pump are at the end of the active list. */
 	dlist_reverse_foreach(iter, &active)
@@ -1478,7 +1534,7 @@ pump(void)
 		RelayEndpoint *ep = dlist_container(RelayEndpoint, ready_node, miter.cur);
 
 		if (!target_takes_slot(ep->target))
-			pump_endpoint(ep, endpoint_cap(ep), slots);
+			pump_endpoint(ep, endpoint_cap(ep), slots, now);
 	}
 
 	while (!dlist_is_empty(&ready) && slots_taken < slots)
@@ -1487,7 +1543,7 @@ pump(void)
 		int			cap = endpoint_cap(ep);
 		int			share = (slots + busy_endpoints) / (busy_endpoints + 1);
 
-		pump_endpoint(ep, Min(cap, share), slots);
+		pump_endpoint(ep, Min(cap, share), slots, now);
 	}
 }
 
@@ -1529,6 +1585,7 @@ conclude(Delivery *d, const TargetResult *res)
 	Batch	   *b = d->batch;
 	Outcome		o;
 	bool		retry_class;
+	double		retry_after;
 
 	o = res->rejected ? OUTCOME_DEAD :
 		policy_classify(res->status, res->transport_error,
@@ -1553,16 +1610,31 @@ conclude(Delivery *d, const TargetResult *res)
 	}
 	if (o == OUTCOME_RETRY && d->attempt >= b->ep->max_attempts)
 		o = OUTCOME_DEAD;
+	retry_after = res->transport_error ? 0 :
+		policy_retry_after(res->retry_after, (double) time(NULL));
 	if (o == OUTCOME_RETRY || o == OUTCOME_DISABLE)
 	{
 		double		wait = policy_backoff(&outbox_schedule, d->attempt, res->status,
-										  policy_retry_after(res->retry_after, (double) time(NULL)),
+										  retry_after,
 										  pg_prng_double(&pg_global_prng_state) * 2.0 - 1.0);
 
 		d->next_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), (int64) (wait * 1000.0));
 		/* Due when it expires at the latest: recorded expired then. */
 		if (d->deadline != 0 && d->next_at > d->deadline)
 			d->next_at = d->deadline;
+	}
+	/*
+	 * A 429 or 503 with Retry-After pauses the whole endpoint until then,
+	 * not only this event (limit.c); one that follows the stream reads on
+	 * its own meanwhile.
+	 */
+	if ((res->status == 429 || res->status == 503) && retry_after > 0)
+	{
+		ereport(DEBUG1,
+				(errmsg("outbox endpoint \"%s\" is paused for %.0f s: it answered %ld with Retry-After",
+						b->ep->name, Min(retry_after, LIMIT_MAX_PAUSE_SECS), res->status)));
+		limit_pause(b->ep, retry_after, GetCurrentTimestamp());
+		detach(b->ep);
 	}
 	settle(d, policy_outcome_kind(o));
 	if (o == OUTCOME_DELIVERED)
@@ -2077,7 +2149,8 @@ want_more(void)
 {
 	ListCell   *lc;
 
-	if (stream_more && stream_page == NULL)
+	/* (with nobody following it, the stream is not read: read_stream) */
+	if (stream_more && stream_page == NULL && followers > 0)
 		return true;
 	if (due_again != NIL || own_cut)
 		return true;
@@ -2263,6 +2336,7 @@ outbox_relay_main(Datum arg)
 	{
 		TimestampTz now;
 		long		until_poll;
+		long		until_release;
 
 		/* Scratch memory of one iteration; batches have their own. */
 		MemoryContextReset(loop_cxt);
@@ -2345,6 +2419,10 @@ outbox_relay_main(Datum arg)
 		/* A page with parts in flight is looked at for laggards meanwhile. */
 		if (stream_page != NULL && stream_page->parts > 0 && followers > 1)
 			until_poll = Min(until_poll, LAGGARD_MIN_MS / 2);
+		/* An endpoint held by its rate limit is let go in time. */
+		until_release = limit_ms_to_release(GetCurrentTimestamp());
+		if (until_release >= 0)
+			until_poll = Min(until_poll, until_release);
 		step_start = GetCurrentTimestamp();
 		waiting_on_http = in_flight > 0;
 		if (target_wait(Max(until_poll, 0)))

@@ -154,7 +154,9 @@ store_load_endpoints(EndpointRow **rows, MemoryContext cxt)
 				c_max_in_flight,
 				c_format,
 				c_max_age,
-				c_auth;
+				c_auth,
+				c_rate_limit,
+				c_changed_at;
 
 	if (endpoints_plan == NULL)
 		endpoints_plan = outbox_prepare_kept("SELECT * FROM outbox._relay_endpoints()", 0, NULL);
@@ -180,6 +182,8 @@ store_load_endpoints(EndpointRow **rows, MemoryContext cxt)
 	c_format = SPI_fnumber(desc, "format");
 	c_max_age = SPI_fnumber(desc, "max_age_ms");
 	c_auth = SPI_fnumber(desc, "auth");
+	c_rate_limit = SPI_fnumber(desc, "rate_limit");
+	c_changed_at = SPI_fnumber(desc, "changed_at");
 
 	n = (int) SPI_processed;
 	*rows = palloc0(sizeof(EndpointRow) * Max(n, 1));
@@ -231,6 +235,10 @@ store_load_endpoints(EndpointRow **rows, MemoryContext cxt)
 		row->has_auth = !isnull;
 		row->auth_problem = isnull ? NULL :
 			auth_read(DatumGetJsonbP(auth), &row->auth, cxt);
+		row->rate_limit = DatumGetFloat8(col_datum(tup, desc, c_rate_limit, &isnull));
+		if (isnull)
+			row->rate_limit = 0;
+		row->changed_at = DatumGetTimestampTz(col_datum(tup, desc, c_changed_at, &isnull));
 	}
 	return n;
 }

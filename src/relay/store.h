@@ -52,6 +52,8 @@ typedef struct EndpointRow
 	bool		has_auth;		/* client authentication (auth.h) */
 	const char *auth_problem;	/* what is wrong with it, or NULL */
 	AuthConfig	auth;			/* its strings in the rows' memory */
+	double		rate_limit;		/* requests a second; 0: NULL, none */
+	TimestampTz changed_at;		/* its row's updated_at */
 } EndpointRow;
 
 /*

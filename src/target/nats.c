@@ -33,9 +33,11 @@
  * will give again (the message is larger than the stream takes, the
  * stream is sealed) or a message larger than the server's max_payload is
  * rejected: a dead letter at once, with the server's reason; anything
- * else (no stream listens on the subject, the stream is full, no answer
- * in time, a cluster without a leader) is a transport error, tried again
- * on the schedule, with the reason in the attempt log.
+ * else is a transport error, tried again on the schedule, with the reason
+ * in the attempt log: no responders (no stream takes the subject, or the
+ * stream's leader is being elected: the two look alike), a full stream
+ * (discard new; room may come), no answer in time, a connection closed
+ * for good (the next delivery makes a new one).
  *
  * Threads.  libnats runs threads of its own (reading, flushing, timers,
  * reconnecting, the acknowledgements' subscription); they never call into
@@ -138,6 +140,7 @@ static int	nats_in_flight = 0;
 static pthread_mutex_t ack_lock = PTHREAD_MUTEX_INITIALIZER;
 static NatsAck *ack_free = NULL;
 static NatsAck *ack_ready = NULL;	/* newest first */
+static int	ack_records = 0;	/* made, free or queued (the relay's count) */
 
 /* The pipe ack_cb wakes the relay through. */
 static int	wake_pipe[2] = {-1, -1};
@@ -531,8 +534,8 @@ conn_free(NatsConn *c)
 
 /*
  * The connection of ep, made if need be; one made from another URL or
- * timeout is retired.  One that could not be made is tried again after a
- * second.
+ * timeout, or closed for good, is retired.  One that could not be made is
+ * tried again after a second.
  */
 static NatsConn *
 conn_of(const RelayEndpoint *ep)
@@ -546,7 +549,8 @@ conn_of(const RelayEndpoint *ep)
 			continue;
 		if (c->timeout_ms != ep->timeout_ms || strcmp(c->url, ep->url) != 0 ||
 			(c->nc == NULL &&
-			 TimestampDifferenceExceeds(c->made_at, GetCurrentTimestamp(), 1000)))
+			 TimestampDifferenceExceeds(c->made_at, GetCurrentTimestamp(), 1000)) ||
+			(c->nc != NULL && (c->js == NULL || natsConnection_IsClosed(c->nc))))
 		{
 			c->retired = true;
 			continue;
@@ -752,12 +756,23 @@ nats_submit(Delivery *d, int relay_in_flight)
 		return;
 	}
 
-	/* A record for its answer, before the answer can come. */
-	a = MemoryContextAllocZero(TopMemoryContext, sizeof(NatsAck));
-	pthread_mutex_lock(&ack_lock);
-	a->next = ack_free;
-	ack_free = a;
-	pthread_mutex_unlock(&ack_lock);
+	if (subject != c->parsed.subject)
+		pfree(subject);
+
+	/*
+	 * A record for its answer, before the answer can come: there are as
+	 * many as messages ever were in flight at once, each on the free list
+	 * or queued by ack_cb.
+	 */
+	if (ack_records <= nats_in_flight)
+	{
+		a = MemoryContextAllocZero(TopMemoryContext, sizeof(NatsAck));
+		pthread_mutex_lock(&ack_lock);
+		a->next = ack_free;
+		ack_free = a;
+		pthread_mutex_unlock(&ack_lock);
+		ack_records++;
+	}
 
 	done_make_room();
 	jsPubOptions_Init(&po);
@@ -766,12 +781,7 @@ nats_submit(Delivery *d, int relay_in_flight)
 	SIGNALS_OFF(s = js_PublishMsgAsync(c->js, &msg, &po));
 	if (s != NATS_OK)
 	{
-		/* Not taken: the message is still ours, and so is one record. */
-		pthread_mutex_lock(&ack_lock);
-		a = ack_free;
-		ack_free = a->next;
-		pthread_mutex_unlock(&ack_lock);
-		pfree(a);
+		/* Not taken: the message is still ours (its record stays free). */
 		natsMsg_Destroy(msg);
 		fail_now(d, permanent_refusal(s, 0), "NATS: could not publish: %s",
 				 nats_GetLastError(NULL) ? nats_GetLastError(NULL) : natsStatus_GetText(s));
@@ -818,7 +828,7 @@ finish(NatsAck *a)
 		r->transport_error = !r->rejected;
 		if (a->status == NATS_NO_RESPONDERS)
 			snprintf(r->error, sizeof(r->error),
-					 "NATS: no stream listens on subject \"%s\" (no responders)",
+					 "NATS: no stream answered on subject \"%s\" (no responders: no stream takes the subject, or its leader is being elected)",
 					 natsMsg_GetSubject(a->msg));
 		else if (a->status == NATS_TIMEOUT)
 		{
@@ -844,6 +854,41 @@ finish(NatsAck *a)
 	hash_search(in_flight, &a->msg, HASH_REMOVE, NULL);
 	Assert(n_done < done_room);
 	done[n_done++] = d;
+}
+
+/*
+ * c's connection closed for good (libnats gave up on it): no answer will
+ * come for what it has in flight.  Its JetStream context is destroyed,
+ * and the messages with it; its deliveries fail (tried again on a new
+ * connection), and it retires.  An answer ack_cb was already handing over
+ * finds no delivery in finish() and is dropped.
+ */
+static void
+conn_closed(NatsConn *c)
+{
+	HASH_SEQ_STATUS seq;
+	NatsInFlight *f;
+
+	jsCtx_Destroy(c->js);
+	c->js = NULL;
+	c->retired = true;
+	hash_seq_init(&seq, in_flight);
+	while ((f = hash_seq_search(&seq)) != NULL)
+	{
+		Delivery   *d;
+
+		if (f->conn != c)
+			continue;
+		d = f->d;
+		snprintf(d->result.error, sizeof(d->result.error),
+				 "NATS: the connection closed before an acknowledgement came");
+		d->result.transport_error = true;
+		c->in_flight--;
+		nats_in_flight--;
+		done_make_room();
+		done[n_done++] = d;
+		(void) hash_search(in_flight, &f->msg, HASH_REMOVE, NULL);
+	}
 }
 
 /* The next delivery whose outcome is known, or NULL. */
@@ -903,6 +948,8 @@ nats_poll(void)
 	for (c = conns; c != NULL; c = next)
 	{
 		next = c->next;
+		if (c->js != NULL && c->in_flight > 0 && natsConnection_IsClosed(c->nc))
+			conn_closed(c);
 		if (c->retired && c->in_flight == 0)
 			conn_free(c);
 	}

@@ -199,7 +199,7 @@ sql("SELECT outbox.create_endpoint('n_full', 'nats://$servers/full.x', ordered =
 sql(q{SELECT outbox.emit('full.x', format('{"n": %s}', i)::jsonb, 'k') FROM generate_series(1, 3) i});
 ok($node->poll_query_until('postgres',
 		q{SELECT count(*) >= 2 FROM outbox.attempts WHERE endpoint = 'n_full' AND status IS DISTINCT FROM 200
-		   AND error LIKE '%JetStream refused the message: maximum messages exceeded%'}),
+		   AND error LIKE '%JetStream refused the message: maximum messages exceeded (err_code 10077)%'}),
 	'a full stream: the server\'s reason, tried again');
 tool(0, 'update', encode_json({ name => 'FULL', subjects => ['full.>'], max_msgs => 10,
 	discard => 'new', num_replicas => 1, storage => 'file' }));

@@ -1015,4 +1015,5 @@ const TargetOps outbox_nats_target = {
 	.next_done = nats_next_done,
 	.poll = nats_poll,
 	.abandon_all = nats_abandon_all,
+	.takes_slot = false,
 };

@@ -100,6 +100,7 @@ typedef struct NatsConn
 	jsCtx	   *js;
 	char		why[256];		/* why nc is NULL */
 	TimestampTz made_at;
+	TimestampTz used_at;		/* its last message was published */
 	int			in_flight;		/* messages published, not yet answered */
 	bool		retired;		/* takes no more; destroyed once empty */
 	NetworkList allowed;		/* the address policy it was made under */
@@ -144,6 +145,12 @@ static int	ack_records = 0;	/* made, free or queued (the relay's count) */
 
 /* The pipe ack_cb wakes the relay through. */
 static int	wake_pipe[2] = {-1, -1};
+
+/*
+ * A connection with nothing in flight and no message for this long is
+ * destroyed (its endpoint may be gone); the next delivery makes another.
+ */
+#define CONN_IDLE_MS	(10 * 60 * 1000)
 
 /* Deliveries whose outcome is known, for nats_next_done(). */
 static Delivery **done = NULL;
@@ -562,7 +569,7 @@ conn_of(const RelayEndpoint *ep)
 	c->url = MemoryContextStrdup(TopMemoryContext, ep->url);
 	c->timeout_ms = ep->timeout_ms;
 	c->allowed = outbox_allowed_networks;
-	c->made_at = GetCurrentTimestamp();
+	c->made_at = c->used_at = GetCurrentTimestamp();
 	c->next = conns;
 	conns = c;
 	if (!nats_parse_url(ep->url, &c->parsed, &problem))
@@ -792,6 +799,7 @@ nats_submit(Delivery *d, int relay_in_flight)
 	f->d = d;
 	f->conn = c;
 	INSTR_TIME_SET_CURRENT(f->start);
+	c->used_at = GetCurrentTimestamp();
 	c->in_flight++;
 	nats_in_flight++;
 }
@@ -903,7 +911,8 @@ nats_next_done(void)
 
 /*
  * After a wait: empty the pipe, take the answers ack_cb queued, and
- * destroy retired connections once nothing of theirs is in flight.
+ * destroy retired connections once nothing of theirs is in flight, and
+ * those unused for CONN_IDLE_MS.
  */
 static void
 nats_poll(void)
@@ -913,6 +922,7 @@ nats_poll(void)
 	NatsAck    *oldest = NULL;
 	NatsConn   *c;
 	NatsConn   *next;
+	TimestampTz now;
 
 	if (conns == NULL)
 		return;
@@ -945,11 +955,15 @@ nats_poll(void)
 		ack_free = a;
 		pthread_mutex_unlock(&ack_lock);
 	}
+	now = GetCurrentTimestamp();
 	for (c = conns; c != NULL; c = next)
 	{
 		next = c->next;
 		if (c->js != NULL && c->in_flight > 0 && natsConnection_IsClosed(c->nc))
 			conn_closed(c);
+		if (c->in_flight == 0 && !c->retired &&
+			TimestampDifferenceExceeds(c->used_at, now, CONN_IDLE_MS))
+			c->retired = true;
 		if (c->retired && c->in_flight == 0)
 			conn_free(c);
 	}

@@ -41,12 +41,15 @@
  *
  * Threads.  libnats runs threads of its own (reading, flushing, timers,
  * reconnecting, the acknowledgements' subscription); they never call into
- * PostgreSQL, and they are made with every signal blocked (SIGNALS_OFF),
- * so that PostgreSQL's signal handlers run in the relay's thread alone.
+ * PostgreSQL, and they are made with every signal blocked (SIGNALS_OFF
+ * around the calls that start them: making the options, connecting, and a
+ * connection's first publish), so that PostgreSQL's signal handlers run in
+ * the relay's thread alone.
  * The one callback of ours they run is ack_cb: it moves an acknowledgement
  * into a record taken from a free list the relay filled beforehand (one
  * per message in flight, so it never allocates), queues it under a mutex,
- * and writes a byte to a pipe the relay's wait watches (http_wait_also).
+ * and, when the queue was empty, writes a byte to a pipe the relay's wait
+ * watches (http_wait_also).
  * nats_poll() takes the queued acknowledgements in the relay's thread and
  * matches each to its delivery by the message's address.
  *
@@ -102,6 +105,7 @@ typedef struct NatsConn
 	TimestampTz made_at;
 	TimestampTz used_at;		/* its last message was published */
 	int			in_flight;		/* messages published, not yet answered */
+	bool		published;		/* the acknowledgements' thread is started */
 	bool		retired;		/* takes no more; destroyed once empty */
 	NetworkList allowed;		/* the address policy it was made under */
 	struct NatsConn *next;
@@ -389,11 +393,13 @@ ack_cb(jsCtx *js, natsMsg *msg, jsPubAck *pa, jsPubAckErr *pae, void *closure)
 		strlcpy(a->text, "no answer", sizeof(a->text));
 	}
 
+	/* (the relay takes the whole queue: one byte when it starts one) */
 	pthread_mutex_lock(&ack_lock);
 	a->next = ack_ready;
 	ack_ready = a;
 	pthread_mutex_unlock(&ack_lock);
-	wake();
+	if (a->next == NULL)
+		wake();
 }
 
 /*
@@ -785,7 +791,14 @@ nats_submit(Delivery *d, int relay_in_flight)
 	jsPubOptions_Init(&po);
 	po.MaxWait = Max(ep->timeout_ms, 1);
 	key = msg;
-	SIGNALS_OFF(s = js_PublishMsgAsync(c->js, &msg, &po));
+	if (c->published)
+		s = js_PublishMsgAsync(c->js, &msg, &po);
+	else
+	{
+		/* the first publish starts the acknowledgements' thread */
+		SIGNALS_OFF(s = js_PublishMsgAsync(c->js, &msg, &po));
+		c->published = (s == NATS_OK);
+	}
 	if (s != NATS_OK)
 	{
 		/* Not taken: the message is still ours (its record stays free). */

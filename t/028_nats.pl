@@ -194,6 +194,16 @@ like(sql(q{SELECT last_error FROM outbox.dead_letters WHERE endpoint = 'n_small'
 is(sql(q{SELECT count(*) FROM outbox.attempts WHERE endpoint = 'n_small'}), '2',
 	'after one attempt; the other event delivered');
 
+# A subject that {event_type} would make longer than 1024 bytes: a dead letter.
+my $long_type = 'l' x 60;
+my $template = join('.', ('{event_type}') x 19);
+sql("SELECT outbox.create_endpoint('n_long', 'nats://$servers/$template', '{$long_type}', timeout => '3 seconds')");
+sql("SELECT outbox.emit('$long_type', '{\"n\": 1}')");
+ok($node->poll_query_until('postgres',
+		q{SELECT count(*) = 1 FROM outbox.dead_letters WHERE endpoint = 'n_long'
+		   AND last_error LIKE 'NATS: the subject would be 1158 bytes, more than 1024'}),
+	'a subject longer than 1024 bytes: a dead letter, never sent');
+
 # A full stream (discard new): retried with the reason, delivered once it has room.
 sql("SELECT outbox.create_endpoint('n_full', 'nats://$servers/full.x', ordered => true, timeout => '3 seconds')");
 sql(q{SELECT outbox.emit('full.x', format('{"n": %s}', i)::jsonb, 'k') FROM generate_series(1, 3) i});
@@ -215,7 +225,7 @@ ok($node->poll_query_until('postgres',
 		q{SELECT count(*) >= 1 FROM outbox.attempts WHERE endpoint = 'n_refused'
 		   AND error LIKE '%refused to connect to server 127.0.0.2%allowed_networks%'}),
 	'allowed_networks refuses a server outside it, and says so');
-sql(q{SELECT outbox.drop_endpoint(name) FROM outbox.endpoints WHERE name IN ('n_refused', 'n_typed', 'n_small', 'n_full', 'n_nostream')});
+sql(q{SELECT outbox.drop_endpoint(name) FROM outbox.endpoints WHERE name IN ('n_refused', 'n_typed', 'n_small', 'n_full', 'n_nostream', 'n_long')});
 
 # A node of the cluster killed while events flow: nothing lost from the R3 stream.
 my $before = sql(q{SELECT count(*) FROM outbox.events});

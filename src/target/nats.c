@@ -101,7 +101,7 @@ typedef struct NatsConn
 	bool		subject_has_type;
 	natsConnection *nc;			/* NULL: could not be made (why) */
 	jsCtx	   *js;
-	char		why[256];		/* why nc is NULL */
+	char		why[256];		/* why nc is NULL, or which address was left out */
 	TimestampTz made_at;
 	TimestampTz used_at;		/* its last message was published */
 	int			in_flight;		/* messages published, not yet answered */
@@ -733,6 +733,13 @@ nats_submit(Delivery *d, int relay_in_flight)
 		return;
 	}
 	subject = subject_of(c, d->type);
+	if (strlen(subject) > NATS_SUBJECT_SENT_MAX)
+	{
+		/* (a server closes a connection whose protocol line is too long) */
+		fail_now(d, true, "NATS: the subject would be %zu bytes, more than %d",
+				 strlen(subject), NATS_SUBJECT_SENT_MAX);
+		return;
+	}
 	emit_time(d->emitted_at, when, sizeof(when));
 	s = natsMsg_Create(&msg, subject, NULL, d->body, (int) strlen(d->body));
 	if (s == NATS_OK)
@@ -858,11 +865,12 @@ finish(NatsAck *a)
 
 			(void) natsConnection_GetLastError(f->conn->nc, &last);
 			snprintf(r->error, sizeof(r->error),
-					 "NATS: no acknowledgement within %ld ms%s%s%s",
+					 "NATS: no acknowledgement within %ld ms%s%s%s%s%s",
 					 f->conn->timeout_ms,
 					 cs == NATS_CONN_STATUS_CONNECTED ? "" : " (not connected to a server)",
 					 last != NULL && last[0] ? "; last error: " : "",
-					 last != NULL ? last : "");
+					 last != NULL ? last : "",
+					 f->conn->why[0] ? "; " : "", f->conn->why);
 		}
 		else if (a->err_code != 0)
 			snprintf(r->error, sizeof(r->error), "NATS: JetStream refused the message: %s (err_code %d)",

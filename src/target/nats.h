@@ -12,6 +12,7 @@
 #include "http.h"
 
 #define NATS_SUBJECT_MAX	255 /* the subject template, in bytes */
+#define NATS_SUBJECT_SENT_MAX	1024	/* a subject as sent */
 #define NATS_EVENT_TYPE		"{event_type}"
 #define NATS_DEFAULT_PORT	4222
 

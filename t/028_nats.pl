@@ -157,6 +157,24 @@ like($first->{headers}{timestamp} // '', qr/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{
 like(sql(qq{SELECT response FROM outbox.attempts WHERE event_id = '$id' AND endpoint = 'n_ordered'}),
 	qr/^stream ORDERS seq \d+$/, 'the attempt log keeps the stream and sequence');
 
+is($first->{headers}{'Content-Type'}, 'application/json', "the format's Content-Type");
+
+# CloudEvents binary mode: the attributes as ce-* headers, the data alone.
+add_stream(name => 'CE', subjects => ['ce.>'], num_replicas => 1);
+sql("SELECT outbox.create_endpoint('n_ce', 'nats://$servers/ce.events', '{ce.*}',
+	format => 'cloudevents-binary', timeout => '3 seconds')");
+sql(q{SELECT outbox.emit('ce.made', '{"who": "me"}', 'k 1', headers => '{"ce-type": "forged", "X-Other": "o"}')});
+ok($node->poll_query_until('postgres',
+		q{SELECT count(*) = 1 FROM outbox.attempts WHERE endpoint = 'n_ce' AND status = 200}),
+	'cloudevents-binary endpoint: acknowledged');
+my ($ce) = read_stream('CE');
+is($ce->{data}, '{"who": "me"}', 'cloudevents-binary: the data is the payload');
+is($ce->{headers}{'ce-id'}, $ce->{headers}{'Nats-Msg-Id'}, 'ce-id is the event id');
+is($ce->{headers}{'ce-type'}, 'ce.made', 'ce-type is the event type, not the event header');
+is($ce->{headers}{'ce-specversion'}, '1.0', 'ce-specversion');
+is($ce->{headers}{'ce-subject'}, 'k%201', 'ce-subject is the key, percent-encoded');
+is($ce->{headers}{'X-Other'}, 'o', "the event's other header");
+
 # An event's own Nats-* headers are not sent: only the relay sets those.
 sql(q{SELECT outbox.emit('order.created', '{"n": 7777}', 'key-h',
 	headers => '{"X-Trace": "t1", "Nats-Msg-Id": "forged", "Nats-Rollup": "all"}')});
@@ -225,7 +243,7 @@ ok($node->poll_query_until('postgres',
 		q{SELECT count(*) >= 1 FROM outbox.attempts WHERE endpoint = 'n_refused'
 		   AND error LIKE '%refused to connect to server 127.0.0.2%allowed_networks%'}),
 	'allowed_networks refuses a server outside it, and says so');
-sql(q{SELECT outbox.drop_endpoint(name) FROM outbox.endpoints WHERE name IN ('n_refused', 'n_typed', 'n_small', 'n_full', 'n_nostream', 'n_long')});
+sql(q{SELECT outbox.drop_endpoint(name) FROM outbox.endpoints WHERE name IN ('n_refused', 'n_typed', 'n_small', 'n_full', 'n_nostream', 'n_long', 'n_ce')});
 
 # A node of the cluster killed while events flow: nothing lost from the R3 stream.
 my $before = sql(q{SELECT count(*) FROM outbox.events});

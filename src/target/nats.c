@@ -10,11 +10,13 @@
  * The message's data is the body in the endpoint's format; its headers
  * are Nats-Msg-Id (the event id: JetStream's duplicate window drops a copy
  * the relay sends again after a crash), webhook-id (the event id too),
- * type, key (when the event has one), timestamp (the emit time, RFC 3339)
- * and the event's own headers, except those named Nats-* (JetStream reads
- * those: an application that may only emit must not set a message id or
- * roll a stream up) or like one of the above.  Credentials are never taken
- * from the URL.
+ * type, key (when the event has one), timestamp (the emit time, RFC 3339),
+ * the format's (Content-Type, and in CloudEvents binary mode the ce-*
+ * attributes, as CloudEvents' NATS binding names them) and the event's
+ * own headers, except those named Nats-* (JetStream reads those: an
+ * application that may only emit must not set a message id or roll a
+ * stream up), like one of the above, or set by the format.  Credentials
+ * are never taken from the URL.
  *
  * Each NATS endpoint has a connection of its own, made at its first
  * delivery, with a JetStream context.  The servers' names are resolved
@@ -77,6 +79,7 @@
 
 #include "address.h"
 #include "delivery.h"
+#include "format.h"
 #include "guc.h"
 #include "nats.h"
 #include "target.h"
@@ -653,6 +656,27 @@ header_reserved(const char *line)
 	return false;
 }
 
+/*
+ * Add a "Name: value" line to a message's headers: set (the format's, one
+ * value) or added (an event's, which may repeat a name).
+ */
+static natsStatus
+add_header_line(natsMsg *msg, const char *line, bool set)
+{
+	size_t		name_len = strcspn(line, ":");
+	const char *value = line + name_len;
+	char	   *name = pnstrdup(line, name_len);
+	natsStatus	s;
+
+	if (*value == ':')
+		value++;
+	while (*value == ' ')
+		value++;
+	s = set ? natsMsgHeader_Set(msg, name, value) : natsMsgHeader_Add(msg, name, value);
+	pfree(name);
+	return s;
+}
+
 /* Make room in done for every message in flight and one more. */
 static void
 done_make_room(void)
@@ -725,6 +749,9 @@ nats_submit(Delivery *d, int relay_in_flight)
 	NatsInFlight *f;
 	NatsAck    *a;
 	bool		found;
+	EventParts	parts = {0};
+	char	   *format_lines[OUTBOX_FORMAT_MAX_HEADERS];
+	int			n_format;
 
 	d->result.bytes = strlen(d->body);
 	if (c->nc == NULL)
@@ -752,23 +779,25 @@ nats_submit(Delivery *d, int relay_in_flight)
 		s = natsMsgHeader_Set(msg, "key", d->key);
 	if (s == NATS_OK)
 		s = natsMsgHeader_Set(msg, "timestamp", when);
-	for (int i = 0; s == NATS_OK && i < d->n_event_headers; i++)
-	{
-		const char *line = d->event_headers[i];
-		size_t		name_len = strcspn(line, ":");
-		const char *value = line + name_len;
-		char	   *name;
 
-		if (header_reserved(line))
-			continue;
-		if (*value == ':')
-			value++;
-		while (*value == ' ')
-			value++;
-		name = pnstrdup(line, name_len);
-		s = natsMsgHeader_Add(msg, name, value);
-		pfree(name);
+	/* The format's: Content-Type, in binary mode also ce-* (as in HTTP) */
+	parts.event_id = &d->event_id;
+	parts.type = d->type;
+	parts.emitted_at = d->emitted_at;
+	parts.key = d->key;
+	n_format = outbox_format_headers(ep->format, &parts, format_lines);
+	for (int i = 0; i < n_format; i++)
+	{
+		if (s == NATS_OK)
+			s = add_header_line(msg, format_lines[i], true);
+		if (i > 0)
+			pfree(format_lines[i]); /* (the first, Content-Type, is static) */
 	}
+	/* The event's own, but those the relay or the format sets. */
+	for (int i = 0; s == NATS_OK && i < d->n_event_headers; i++)
+		if (!header_reserved(d->event_headers[i]) &&
+			!outbox_format_sets_header(ep->format, d->event_headers[i]))
+			s = add_header_line(msg, d->event_headers[i], false);
 	if (s != NATS_OK)
 	{
 		natsMsg_Destroy(msg);

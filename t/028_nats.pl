@@ -3,9 +3,11 @@
 # streams made and read with the official client (t/node/nats_stream.js).
 # Every committed event arrives once, keys keep their order on an ordered
 # endpoint, rolled-back events never arrive; a missing stream and a full
-# stream are retried with the server's reason and delivered once fixed, a
+# stream are retried with the server's reason and delivered once fixed;
+# the format's headers (cloudevents-binary's ce-*) are sent; a
 # message too large for the stream is a dead letter; allowed_networks
-# refuses a server; a node of the cluster killed while events flow loses
+# refuses a server, and a reload that changes it applies to the
+# connections at once; a node of the cluster killed while events flow loses
 # nothing from a replicated (R3) stream; and crash rounds of the relay
 # leave the stream holding every event exactly once (the duplicate window
 # at work: Nats-Msg-Id is the event id).
@@ -186,6 +188,22 @@ my ($h) = grep { n_of($_->{data}) == 7777 && $_->{subject} eq 'orders.ordered' }
 is($h->{headers}{'X-Trace'}, 't1', "the event's own header is sent");
 isnt($h->{headers}{'Nats-Msg-Id'}, 'forged', 'an event cannot set Nats-Msg-Id');
 ok(!exists $h->{headers}{'Nats-Rollup'}, 'nor any other Nats-* header');
+
+# A reload that takes 127.0.0.1 out of outbox.allowed_networks: the
+# connections are made again under it, refused, and the event waits; put
+# back, it is delivered.
+reload_with('outbox.allowed_networks' => '10.0.0.0/8') or die 'no reload';
+sql(q{SELECT outbox.emit('order.created', '{"n": 6666}', 'key-r')});
+ok($node->poll_query_until('postgres',
+		q{SELECT count(*) >= 1 FROM outbox.attempts a JOIN outbox.events e USING (event_id)
+		   WHERE a.endpoint = 'n_ordered' AND e.payload->>'n' = '6666'
+		     AND a.error LIKE '%refused to connect to server 127.0.0.1 (127.0.0.1)%'}),
+	'after a reload, the servers are refused under the new allowed_networks');
+reload_with('outbox.allowed_networks' => undef) or die 'no reload';
+ok($node->poll_query_until('postgres',
+		q{SELECT count(*) = 1 FROM outbox.attempts a JOIN outbox.events e USING (event_id)
+		   WHERE a.endpoint = 'n_ordered' AND e.payload->>'n' = '6666' AND a.status = 200}),
+	'and delivered once they are allowed again');
 
 # No stream for the subject: retried with the reason, delivered once one is made.
 sql("SELECT outbox.create_endpoint('n_nostream', 'nats://$servers/later.x', timeout => '3 seconds')");

@@ -207,6 +207,16 @@ like($ce[0][2], qr/(^|,)ce_type=audit\.logged(,|$)/, 'ce_type is the event type'
 like($ce[0][2], qr/(^|,)ce_subject=acct-1(,|$)/, 'ce_subject is the key');
 like($ce[0][2], qr{(^|,)content-type=application/json(,|$)}, 'content-type of the payload');
 
+# A topic the cluster does not know, with automatic creation off: a dead
+# letter with the broker's reason.
+mock('topicerror missing 3');
+sql("SELECT outbox.create_endpoint('k_missing', 'kafka://$bootstrap/missing', '{gone.*}', timeout => '2 seconds')");
+my $gone = sql(q{SELECT outbox.emit('gone.away', '{}')});
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM outbox.dead_letters WHERE event_id = '$gone' AND endpoint = 'k_missing'
+		    AND last_error LIKE '%UNKNOWN_TOPIC%'"),
+	'unknown topic: a dead letter with the broker\'s reason');
+
 # The address policy holds for brokers: with 127.0.0.1 no longer allowed,
 # the producer made after the reload connects to none of them.
 ok(reload_with('outbox.allowed_networks' => '10.1.2.0/24'), 'the relay reloaded allowed_networks');

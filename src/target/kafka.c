@@ -502,6 +502,7 @@ producer_new(const RelayEndpoint *ep, char *why, size_t why_len)
 	char		errstr[256];
 	char		timeout[32];
 	char		linger[32];
+	char		propagation[32];
 	sigset_t	all_signals;
 	sigset_t	old_signals;
 
@@ -522,11 +523,17 @@ producer_new(const RelayEndpoint *ep, char *why, size_t why_len)
 	conf = rd_kafka_conf_new();
 	snprintf(timeout, sizeof(timeout), "%ld", Max(ep->timeout_ms, 1));
 	snprintf(linger, sizeof(linger), "%d", p->parsed.linger_ms);
+	/*
+	 * A topic the cluster does not know (and will not create) fails the
+	 * message as unknown within the attempt's time, not as timed out.
+	 */
+	snprintf(propagation, sizeof(propagation), "%ld", Min(30000, Max(ep->timeout_ms / 2, 1)));
 	if (!set_conf(conf, "bootstrap.servers", p->parsed.servers, why, why_len) ||
 		!set_conf(conf, "client.id", "outbox", why, why_len) ||
 		!set_conf(conf, "enable.idempotence", "true", why, why_len) ||
 		!set_conf(conf, "acks", "all", why, why_len) ||
 		!set_conf(conf, "message.timeout.ms", timeout, why, why_len) ||
+		!set_conf(conf, "topic.metadata.propagation.max.ms", propagation, why, why_len) ||
 		(p->parsed.compression[0] &&
 		 !set_conf(conf, "compression.type", p->parsed.compression, why, why_len)) ||
 		(p->parsed.linger_ms >= 0 &&

@@ -33,8 +33,9 @@
  * is delivered (status 200, the stream and sequence as the response, with
  * "duplicate" when the duplicate window dropped it); a refusal JetStream
  * will give again (the message is larger than the stream takes, the
- * stream is sealed) or a message larger than the server's max_payload is
- * rejected: a dead letter at once, with the server's reason; anything
+ * stream is sealed), a message larger than the server's max_payload, or a
+ * subject {event_type} makes longer than NATS_SUBJECT_SENT_MAX (never
+ * sent) is rejected: a dead letter at once, with the reason; anything
  * else is a transport error, tried again on the schedule, with the reason
  * in the attempt log: no responders (no stream takes the subject, or the
  * stream's leader is being elected: the two look alike), a full stream
@@ -46,14 +47,15 @@
  * PostgreSQL, and they are made with every signal blocked (SIGNALS_OFF
  * around the calls that start them: making the options, connecting, and a
  * connection's first publish), so that PostgreSQL's signal handlers run in
- * the relay's thread alone.
- * The one callback of ours they run is ack_cb: it moves an acknowledgement
- * into a record taken from a free list the relay filled beforehand (one
- * per message in flight, so it never allocates), queues it under a mutex,
- * and, when the queue was empty, writes a byte to a pipe the relay's wait
- * watches (http_wait_also).
- * nats_poll() takes the queued acknowledgements in the relay's thread and
- * matches each to its delivery by the message's address.
+ * the relay's thread alone.  Of the callbacks of ours they run, two do
+ * nothing (connected_cb, error_cb: the relay asks the connection when it
+ * needs to know), and ack_cb moves an acknowledgement into a record taken
+ * from a free list the relay filled beforehand (one per message in flight,
+ * so it never allocates), queues it under a mutex, and, when the queue was
+ * empty, writes a byte to a pipe the relay's wait watches
+ * (http_wait_also).  nats_poll() takes the queued acknowledgements in the
+ * relay's thread and matches each to its delivery by the message's
+ * address.
  *
  *-------------------------------------------------------------------------
  */

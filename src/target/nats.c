@@ -839,10 +839,24 @@ nats_submit(Delivery *d, int relay_in_flight)
 	}
 	if (s != NATS_OK)
 	{
-		/* Not taken: the message is still ours (its record stays free). */
+		/*
+		 * Not taken: the message is still ours (its record stays free).  A
+		 * connection that never reached a server refuses messages with
+		 * headers (it does not know yet whether the server takes them):
+		 * say what is wrong, not that.
+		 */
+		const char *last = NULL;
+
 		natsMsg_Destroy(msg);
-		fail_now(d, permanent_refusal(s, 0), "NATS: could not publish: %s",
-				 nats_GetLastError(NULL) ? nats_GetLastError(NULL) : natsStatus_GetText(s));
+		(void) natsConnection_GetLastError(c->nc, &last);
+		if (natsConnection_Status(c->nc) != NATS_CONN_STATUS_CONNECTED)
+			fail_now(d, false, "NATS: not connected to a server%s%s%s%s",
+					 last != NULL && last[0] ? "; last error: " : "",
+					 last != NULL ? last : "",
+					 c->why[0] ? "; " : "", c->why);
+		else
+			fail_now(d, permanent_refusal(s, 0), "NATS: could not publish: %s",
+					 nats_GetLastError(NULL) ? nats_GetLastError(NULL) : natsStatus_GetText(s));
 		return;
 	}
 	f = hash_search(in_flight, &key, HASH_ENTER, &found);

@@ -1183,8 +1183,9 @@ REVOKE ALL ON FUNCTION outbox.emit(text, jsonb, text, jsonb, timestamptz, text, 
     outbox._read_page(integer, integer, boolean, bigint),
     outbox._read_due(integer, integer, boolean, bigint) FROM PUBLIC;
 
--- Endpoint URLs may name a Kafka cluster and topic (the Kafka target).
-COMMENT ON FUNCTION outbox._check_url(text) IS 'internal: validate an endpoint URL (http, https or kafka), return it normalized';
+-- Endpoint URLs may name a Kafka cluster and topic (the Kafka target), or
+-- NATS servers and a JetStream subject (the NATS target).
+COMMENT ON FUNCTION outbox._check_url(text) IS 'internal: validate an endpoint URL (http, https, kafka or nats), return it normalized';
 
 ----------------------------------------------------------------------------
 -- Rate limits per endpoint (issue 14, item 1)

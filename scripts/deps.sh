@@ -11,6 +11,8 @@ PACKAGES=(
 	libcurl4-openssl-dev    # also brings curl-config
 	librdkafka-dev          # the Kafka target; rdkafka_mock.h for the tests
 	kcat                    # TAP tests: consumes from the mock Kafka cluster
+	libnats-dev             # the NATS JetStream target
+	nats-server             # TAP tests: a JetStream cluster on 127.0.0.1
 	libipc-run-perl perl    # TAP tests: IPC::Run and prove
 	python3                 # scripts/receiver.py
 	openssl
@@ -40,7 +42,21 @@ else
 	apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-# The npm packages of t/node (the CloudEvents SDK), exactly as
+# nats-server's package enables a default instance (port 4222), started
+# where systemd runs; the tests start servers of their own on free ports
+# and need none, so it is stopped and disabled (systemctl disables it
+# without systemd running too).
+if [ "$(id -u)" -eq 0 ] && command -v systemctl >/dev/null &&
+	systemctl is-enabled --quiet nats-server 2>/dev/null; then
+	echo "deps: disabling the default nats-server instance"
+	if [ -d /run/systemd/system ]; then
+		systemctl disable --now nats-server >/dev/null 2>&1 || true
+	else
+		systemctl disable nats-server >/dev/null 2>&1 || true
+	fi
+fi
+
+# The npm packages of t/node (the CloudEvents SDK, the NATS client), exactly as
 # t/node/package-lock.json pins them, into t/node/node_modules.  Done again
 # only when the lock file changed since the last install (a copy of it is
 # kept in node_modules), so a second run needs no network.

@@ -157,6 +157,44 @@ SELECT try(format('SELECT outbox.create_endpoint(%L, %L)', 'ep-kafka-249',
 SELECT count(outbox.drop_endpoint('ep-kafka-249')) AS dropped;
 SELECT count(*) AS badkafka_written FROM outbox.endpoints WHERE name = 'ep-badkafka';
 
+-- NATS JetStream URLs (the NATS target): servers (port 4222 when left
+-- out), a subject of tokens that may contain {event_type}; the scheme is
+-- kept in lower case.  No credentials, options, wildcards or empty tokens.
+SELECT u AS url, try(format('SELECT outbox.create_endpoint(%L, %L)', 'ep-nats-' || n, u)) AS result
+  FROM unnest(ARRAY[
+         'nats://n1:4222,n2:4222/orders',
+         'NATS://[::1]:4222/events.{event_type}',
+         'nats://localhost/orders.created',
+         'nats://10.0.0.1:4222/a.{event_type}.b-c_d'
+       ]) WITH ORDINALITY AS v(u, n);
+SELECT name, url FROM outbox.endpoints WHERE name LIKE 'ep-nats-%' ORDER BY name COLLATE "C";
+SELECT count(outbox.drop_endpoint(name)) AS dropped FROM outbox.endpoints WHERE name LIKE 'ep-nats-%';
+SELECT u AS url, try(format('SELECT outbox.create_endpoint(%L, %L)', 'ep-badnats', u)) AS result
+  FROM unnest(ARRAY[
+         'nats://',
+         'nats://n1:4222',
+         'nats://n1:4222/',
+         'nats:///orders',
+         'nats://n1:0/orders',
+         'nats://n1:4222,/orders',
+         'nats://user:secret@n1:4222/orders',
+         'nats://n1:4222/orders?stream=X',
+         'nats://n1:4222/orders#x',
+         'nats://n1:4222/orders.*',
+         'nats://n1:4222/orders.>',
+         'nats://n1:4222/orders..x',
+         'nats://n1:4222/.orders',
+         'nats://n1:4222/orders.',
+         'nats://n1:4222/$JS.API.STREAM.DELETE.ORDERS',
+         'nats://n1:4222/or ders'
+       ]) AS u;
+SELECT try(format('SELECT outbox.create_endpoint(%L, %L)', 'ep-badnats',
+                  'nats://n1:4222/' || repeat('s', 256))) LIKE '22023: invalid endpoint URL %' AS subject_256_refused;
+SELECT try(format('SELECT outbox.create_endpoint(%L, %L)', 'ep-nats-255',
+                  'nats://n1:4222/' || repeat('s', 255))) AS subject_255;
+SELECT count(outbox.drop_endpoint('ep-nats-255')) AS dropped;
+SELECT count(*) AS badnats_written FROM outbox.endpoints WHERE name = 'ep-badnats';
+
 -- Headers: the same rules as emit()'s.
 SELECT h AS headers, try(format('SELECT outbox.create_endpoint(%L, %L, headers => %L)',
                                 'ep-badhdr', 'https://example.com/', h)) AS result

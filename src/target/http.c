@@ -31,6 +31,7 @@
 #include "guc.h"
 #include "http.h"
 #include "kafka.h"
+#include "nats.h"
 
 PG_FUNCTION_INFO_V1(outbox_check_url);
 
@@ -70,8 +71,9 @@ bad_url(const char *url, const char *what, const char *detail)
 
 /*
  * outbox._check_url(text) returns text: the endpoint URL normalized.  A
- * kafka:// URL is one the Kafka target can use (kafka.c), its scheme in
- * lower case; any other is a webhook's, as http_check_url() takes it.
+ * kafka:// or nats:// URL is one the Kafka or NATS target can use
+ * (kafka.c, nats.c), its scheme in lower case; any other is a webhook's, as
+ * http_check_url() takes it.
  */
 Datum
 outbox_check_url(PG_FUNCTION_ARGS)
@@ -87,6 +89,16 @@ outbox_check_url(PG_FUNCTION_ARGS)
 		if (!kafka_parse_url(url, &parsed, &problem))
 			bad_url(url, "endpoint URL", problem);
 		PG_RETURN_TEXT_P(cstring_to_text(psprintf("kafka://%s", url + 8)));
+	}
+	/* And the NATS JetStream target its own (nats.c). */
+	if (pg_strncasecmp(url, "nats://", 7) == 0)
+	{
+		NatsUrl		parsed;
+		const char *problem = NULL;
+
+		if (!nats_parse_url(url, &parsed, &problem))
+			bad_url(url, "endpoint URL", problem);
+		PG_RETURN_TEXT_P(cstring_to_text(psprintf("nats://%s", url + 7)));
 	}
 	PG_RETURN_TEXT_P(cstring_to_text(http_check_url(url, "endpoint URL")));
 }
@@ -139,7 +151,7 @@ http_check_url(const char *url, const char *what)
 	}
 	else if (curl_url_get(h, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
 			 (strcmp(scheme, "http") != 0 && strcmp(scheme, "https") != 0))
-		problem = "Only http, https and kafka URLs are accepted.";
+		problem = "Only http, https, kafka and nats URLs are accepted.";
 	else if (curl_url_get(h, CURLUPART_HOST, &host, 0) != CURLUE_OK || host[0] == '\0')
 		problem = "The URL has no host.";
 	else if (curl_url_get(h, CURLUPART_PORT, &port, 0) == CURLUE_OK && strcmp(port, "0") == 0)

@@ -11,10 +11,11 @@
  * its I/O (libcurl's sockets, a broker client's threads) and tells the
  * relay's single wait what to wake on.  The endpoint's URL scheme chooses
  * the target (target_of_url): http and https go to the webhook target
- * (webhook.c, over http.c), kafka to the Kafka target (kafka.c).
+ * (webhook.c, over http.c), kafka to the Kafka target (kafka.c), nats to
+ * the NATS JetStream target (nats.c).
  *
  * Everything here runs in the relay's process and thread.  A target whose
- * client library runs threads of its own (librdkafka) keeps them away from
+ * client library runs threads of its own (librdkafka, libnats) keeps them away from
  * PostgreSQL: their news reaches the relay through a pipe in its wait set,
  * and the target reads it in target_poll().
  *
@@ -32,6 +33,7 @@ typedef enum TargetKind
 {
 	TARGET_WEBHOOK,				/* http://, https:// */
 	TARGET_KAFKA,				/* kafka:// */
+	TARGET_NATS,				/* nats:// (JetStream) */
 	TARGET_KINDS
 } TargetKind;
 
@@ -91,8 +93,9 @@ extern struct Delivery *target_next_done(void);
 extern bool target_wait(long timeout_ms);
 extern void target_abandon_all(void);
 
-/* The targets (webhook.c, kafka.c). */
+/* The targets (webhook.c, kafka.c, nats.c). */
 extern const TargetOps outbox_webhook_target;
 extern const TargetOps outbox_kafka_target;
+extern const TargetOps outbox_nats_target;
 
 #endif							/* OUTBOX_TARGET_H */

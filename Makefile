@@ -8,7 +8,8 @@ MODULE_big = outbox
 # src/relay/      the background workers: launcher, relay loop, senders,
 #                 what they deliver (delivery.h), the SQL they run (store.c)
 # src/target/     where deliveries go and what they look like: HTTP through
-#                 libcurl, Kafka through librdkafka, the address policy,
+#                 libcurl, Kafka through librdkafka, RabbitMQ through
+#                 librabbitmq, the address policy,
 #                 signatures, formats
 OBJS = \
 	src/outbox.o \
@@ -25,6 +26,7 @@ OBJS = \
 	src/target/target.o \
 	src/target/webhook.o \
 	src/target/kafka.o \
+	src/target/rabbitmq.o \
 	src/relay/policy.o \
 	src/relay/delivery.o \
 	src/relay/store.o \
@@ -47,7 +49,7 @@ PG_CPPFLAGS = $(addprefix -I$(srcdir)/,$(SRC_DIRS)) -DOUTBOX_VERSION='"$(OUTBOX_
 # No -Werror here: a newer compiler's new warning must not break a user's
 # build.  scripts/test.sh (CI) adds it with COPT=-Werror.
 PG_CFLAGS = -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers
-SHLIB_LINK = $(shell $(CURL_CONFIG) --libs) -lrdkafka
+SHLIB_LINK = $(shell $(CURL_CONFIG) --libs) -lrdkafka -lrabbitmq
 
 # pg_regress and pg_isolation_regress each start a private instance with the
 # library preloaded, so the suite never touches a running server.

@@ -5,8 +5,8 @@
  *	  endpoint's URL names, and the relay's calls spread over all of them.
  *
  * The relay sleeps in one wait: http_wait() sleeps on the latch and on
- * libcurl's sockets, and on the pipe the Kafka target's queues write to
- * (http_wait_also); after it, every target reads what arrived.  Runs
+ * libcurl's sockets, and on the pipes the Kafka target's queues and the
+ * RabbitMQ target's publisher threads write to (http_wait_also); after it, every target reads what arrived.  Runs
  * in the relay, with no transaction open.
  *
  *-------------------------------------------------------------------------
@@ -17,11 +17,13 @@
 #include "guc.h"
 #include "http.h"
 #include "kafka.h"
+#include "rabbitmq.h"
 #include "target.h"
 
 static const TargetOps *const targets[TARGET_KINDS] = {
 	[TARGET_WEBHOOK] = &outbox_webhook_target,
 	[TARGET_KAFKA] = &outbox_kafka_target,
+	[TARGET_RABBITMQ] = &outbox_rabbitmq_target,
 };
 
 /* The target of an endpoint URL (_check_url accepted it). */
@@ -30,6 +32,8 @@ target_of_url(const char *url)
 {
 	if (pg_strncasecmp(url, "kafka://", 8) == 0)
 		return TARGET_KAFKA;
+	if (pg_strncasecmp(url, "amqp://", 7) == 0)
+		return TARGET_RABBITMQ;
 	return TARGET_WEBHOOK;
 }
 
@@ -42,6 +46,7 @@ target_start(void)
 {
 	http_start(outbox_max_concurrency);
 	kafka_start();
+	rabbitmq_start();
 }
 
 /* After a configuration reload. */
@@ -50,6 +55,7 @@ target_configure(void)
 {
 	http_configure(outbox_max_concurrency);
 	kafka_configure();
+	rabbitmq_configure();
 }
 
 /* Hand a delivery to its target; its result comes from target_next_done. */

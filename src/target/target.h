@@ -11,7 +11,8 @@
  * its I/O (libcurl's sockets, a broker client's threads) and tells the
  * relay's single wait what to wake on.  The endpoint's URL scheme chooses
  * the target (target_of_url): http and https go to the webhook target
- * (webhook.c, over http.c), kafka to the Kafka target (kafka.c).
+ * (webhook.c, over http.c), kafka to the Kafka target (kafka.c), amqp to
+ * the RabbitMQ target (rabbitmq.c).
  *
  * Everything here runs in the relay's process and thread.  A target whose
  * client library runs threads of its own (librdkafka) keeps them away from
@@ -32,6 +33,7 @@ typedef enum TargetKind
 {
 	TARGET_WEBHOOK,				/* http://, https:// */
 	TARGET_KAFKA,				/* kafka:// */
+	TARGET_RABBITMQ,			/* amqp:// */
 	TARGET_KINDS
 } TargetKind;
 
@@ -88,8 +90,9 @@ extern struct Delivery *target_next_done(void);
 extern bool target_wait(long timeout_ms);
 extern void target_abandon_all(void);
 
-/* The targets (webhook.c, kafka.c). */
+/* The targets (webhook.c, kafka.c, rabbitmq.c). */
 extern const TargetOps outbox_webhook_target;
 extern const TargetOps outbox_kafka_target;
+extern const TargetOps outbox_rabbitmq_target;
 
 #endif							/* OUTBOX_TARGET_H */

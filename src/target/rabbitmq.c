@@ -954,6 +954,9 @@ publisher_main(void *arg)
 	pthread_mutex_lock(&p->lock);
 	p->exited = true;
 	pthread_mutex_unlock(&p->lock);
+	/* the relay frees the publisher at its next look */
+	if (write(relay_wake[1], "1", 1) < 0)
+		return NULL;
 	return NULL;
 }
 

@@ -49,7 +49,10 @@ if [ "$(id -u)" -eq 0 ] && dpkg-query -W -f='${Status}' rabbitmq-server 2>/dev/n
 	if command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
 		systemctl disable --now rabbitmq-server >/dev/null 2>&1 || true
 	else
-		service rabbitmq-server stop >/dev/null 2>&1 || true
+		# (the init script's stop starts an epmd even when no broker runs)
+		if pgrep -u rabbitmq -x beam.smp >/dev/null 2>&1; then
+			service rabbitmq-server stop >/dev/null 2>&1 || true
+		fi
 		update-rc.d rabbitmq-server disable >/dev/null 2>&1 || true
 	fi
 fi

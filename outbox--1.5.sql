@@ -1048,6 +1048,27 @@ COMMENT ON FUNCTION outbox.verify_signature(text, text, bigint, text, text, inte
 -- Positions as they stand
 ----------------------------------------------------------------------------
 
+-- The owed-by-position rule, written once: a position (its batch's
+-- snapshot, the next batch's snapshot while that batch is read, the last id
+-- of it sent) has not passed the event (txid, id) when the event's
+-- transaction is outside the snapshot and, while a batch is being read,
+-- the event is beyond what of the batch was sent or outside the batch.
+-- Every reader of positions that asks what an endpoint still owes uses it
+-- (_unread, rotation_holds, _slot_owed, _release_disabled, _rebase); the
+-- readers of pages (_read_stream, _read_page) walk the same rule in the
+-- index order they read by.  A body in standard SQL, so that the planner
+-- inlines it and the txid bound stays an index condition.
+CREATE FUNCTION outbox._not_passed(snap pg_snapshot, next_snap pg_snapshot, after_id bigint,
+                                   txid xid8, id bigint)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN txid OPERATOR(pg_catalog.>=) pg_catalog.pg_snapshot_xmin(snap)
+       AND NOT pg_catalog.pg_visible_in_snapshot(txid, snap)
+       AND (next_snap IS NULL OR id OPERATOR(pg_catalog.>) after_id
+            OR NOT pg_catalog.pg_visible_in_snapshot(txid, next_snap));
+COMMENT ON FUNCTION outbox._not_passed(pg_snapshot, pg_snapshot, bigint, xid8, bigint) IS
+    'internal: whether a position has not passed an event yet (what it owes)';
+
 -- Every endpoint's position as it stands: its own, or the stream's when it
 -- follows the stream.  What reads positions reads this.
 CREATE VIEW outbox._positions AS
@@ -1073,11 +1094,8 @@ AS $$
       FROM outbox._positions p
       JOIN outbox.endpoints ep ON ep.id = p.endpoint_id
       JOIN outbox.events e
-        ON e.txid >= pg_snapshot_xmin(p.snap)
-       AND NOT pg_visible_in_snapshot(e.txid, p.snap)
+        ON outbox._not_passed(p.snap, p.next_snap, p.after_id, e.txid, e.id)
        AND pg_visible_in_snapshot(e.txid, pg_current_snapshot())
-       AND (p.next_snap IS NULL OR e.id > p.after_id
-            OR NOT pg_visible_in_snapshot(e.txid, p.next_snap))
        AND e.event_type LIKE ANY (outbox._like_patterns(ep.event_types))
      WHERE p.endpoint_id = eid
 $$;
@@ -1202,8 +1220,7 @@ AS $$
           FROM nxt, outbox._positions p
           JOIN outbox.endpoints ep ON ep.id = p.endpoint_id
           JOIN outbox.events e
-            ON e.txid >= pg_snapshot_xmin(p.snap)
-           AND NOT pg_visible_in_snapshot(e.txid, p.snap)
+            ON outbox._not_passed(p.snap, p.next_snap, p.after_id, e.txid, e.id)
            AND e.event_type LIKE ANY (outbox._like_patterns(ep.event_types))
          WHERE e.slot = nxt.s
          GROUP BY ep.name, ep.paused, ep.disabled_at
@@ -1668,17 +1685,23 @@ COMMENT ON FUNCTION outbox._read_due(integer, integer, boolean, bigint) IS
 -- Recording outcomes
 ----------------------------------------------------------------------------
 
--- One finished delivery, as the relay records it.  outcome is 'delivered',
--- 'retry', 'dead', 'deferred' (not sent: its deliver_at is later, or it
--- waits behind its key) or 'already' (answered with a 2xx before a
--- restart; not sent).  disable_reason is set on the delivery whose answer
--- asked to disable the endpoint (410, webhook-delivery: disable).
+-- What is recorded of a delivery: 'delivered', 'retry', 'dead',
+-- 'deferred' (not sent: its deliver_at is later, or it waits behind its
+-- key) or 'already' (answered with a 2xx before a restart; not sent).  The
+-- relay's OutcomeKind (src/relay/policy.h) has the same labels; a label
+-- either side lacks is an error, not a silent mismatch.
+CREATE TYPE outbox.outcome_kind AS ENUM ('delivered', 'retry', 'dead', 'deferred', 'already');
+COMMENT ON TYPE outbox.outcome_kind IS 'internal: what is recorded of a delivery';
+
+-- One finished delivery, as the relay records it.  disable_reason is set
+-- on the delivery whose answer asked to disable the endpoint (410,
+-- webhook-delivery: disable).
 CREATE TYPE outbox.outcome AS (
     endpoint_id    integer,
     id             bigint,
     event_id       uuid,
     attempt        integer,
-    outcome        text,
+    outcome        outbox.outcome_kind,
     next_at        timestamptz,
     status         integer,
     error          text,
@@ -1943,8 +1966,8 @@ SET enable_seqscan = off
 AS $$
     SELECT EXISTS (SELECT 1 FROM outbox._positions p JOIN outbox.endpoints ep ON ep.id = p.endpoint_id
                     WHERE EXISTS (SELECT 1 FROM outbox.events e
-                                   WHERE e.slot = s AND e.txid >= pg_snapshot_xmin(p.snap)
-                                     AND NOT pg_visible_in_snapshot(e.txid, p.snap)
+                                   WHERE e.slot = s
+                                     AND outbox._not_passed(p.snap, p.next_snap, p.after_id, e.txid, e.id)
                                      AND e.event_type LIKE ANY (outbox._like_patterns(ep.event_types))))
         OR EXISTS (SELECT 1 FROM outbox.retries r JOIN outbox.events e ON e.id = r.id
                     WHERE e.slot = s AND NOT EXISTS (SELECT 1 FROM outbox.delayed d WHERE d.id = r.id))
@@ -1971,8 +1994,8 @@ BEGIN
           JOIN outbox._positions p ON p.endpoint_id = e.id
          WHERE e.disabled_at < now() - retention
            AND (EXISTS (SELECT 1 FROM outbox.events ev
-                         WHERE ev.slot = s AND ev.txid >= pg_snapshot_xmin(p.snap)
-                           AND NOT pg_visible_in_snapshot(ev.txid, p.snap)
+                         WHERE ev.slot = s
+                           AND outbox._not_passed(p.snap, p.next_snap, p.after_id, ev.txid, ev.id)
                            AND ev.event_type LIKE ANY (outbox._like_patterns(e.event_types)))
                 OR EXISTS (SELECT 1 FROM outbox.retries r JOIN outbox.events ev ON ev.id = r.id
                             WHERE r.endpoint_id = e.id AND ev.slot = s
@@ -2128,10 +2151,7 @@ BEGIN
       JOIN outbox.positions own ON own.endpoint_id = p.endpoint_id
       JOIN outbox.endpoints ep ON ep.id = p.endpoint_id
       JOIN outbox.events e
-        ON e.txid >= pg_snapshot_xmin(p.snap)
-       AND NOT pg_visible_in_snapshot(e.txid, p.snap)
-       AND (p.next_snap IS NULL OR e.id > p.after_id
-            OR NOT pg_visible_in_snapshot(e.txid, p.next_snap))
+        ON outbox._not_passed(p.snap, p.next_snap, p.after_id, e.txid, e.id)
        AND e.event_type LIKE ANY (outbox._like_patterns(ep.event_types))
      WHERE own.system_identifier <> here
         OR (own.follows AND EXISTS (SELECT 1 FROM outbox.stream s WHERE s.system_identifier <> here))
@@ -2180,6 +2200,107 @@ CREATE CONSTRAINT TRIGGER stream_restored AFTER INSERT ON outbox.stream
     EXECUTE FUNCTION outbox._rebase_restored();
 COMMENT ON TRIGGER stream_restored ON outbox.stream IS
     'at commit, rebase a stream position that a restore brought from another cluster';
+
+----------------------------------------------------------------------------
+-- Grants across an update
+----------------------------------------------------------------------------
+
+-- An update script that drops an object and creates it again (a function
+-- whose arguments change, a view whose columns do) would lose what an
+-- administrator granted on it, and what a script grants is recorded as the
+-- extension's initial privileges (pg_init_privs), which pg_dump leaves
+-- out.  So each update script starts with _grants_before(), which keeps
+-- the grants on every function and relation of the schema by name, and
+-- ends with _grants_back(), which grants them again on what was created
+-- anew and then sets the initial privileges back to what a fresh install
+-- records (the owner's alone), so that pg_dump dumps every grant an
+-- administrator made.  (Column grants on recreated tables are not kept.)
+CREATE FUNCTION outbox._grants_before() RETURNS void
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    CREATE TEMP TABLE outbox_grants_before AS
+    SELECT 'f'::"char" AS kind, p.oid, p.proname::text AS name, p.proacl AS acl, p.proowner AS owner
+      FROM pg_proc p
+     WHERE p.pronamespace = 'outbox'::regnamespace AND p.proacl IS NOT NULL
+    UNION ALL
+    SELECT c.relkind, c.oid, c.relname::text, c.relacl, c.relowner
+      FROM pg_class c
+     WHERE c.relnamespace = 'outbox'::regnamespace AND c.relacl IS NOT NULL
+       AND c.relkind IN ('r', 'p', 'v', 'm', 'S');
+$$;
+COMMENT ON FUNCTION outbox._grants_before() IS
+    'internal, for update scripts: keep the grants on the schema''s functions and relations by name';
+
+CREATE FUNCTION outbox._grants_back() RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    g record;
+BEGIN
+    -- Grants on an object dropped and created again under the same name (a
+    -- function whose name is now that of exactly one function).
+    FOR g IN
+        SELECT CASE WHEN b.kind = 'f' THEN 'FUNCTION ' || p.oid::regprocedure::text
+                    WHEN b.kind = 'S' THEN 'SEQUENCE ' || c.oid::regclass::text
+                    ELSE 'TABLE ' || c.oid::regclass::text END AS target,
+               a.privilege_type, a.grantee, a.is_grantable
+          FROM pg_temp.outbox_grants_before b
+          LEFT JOIN pg_proc p
+            ON b.kind = 'f' AND p.pronamespace = 'outbox'::regnamespace AND p.proname = b.name
+           AND (SELECT count(*) FROM pg_proc q
+                 WHERE q.pronamespace = 'outbox'::regnamespace AND q.proname = b.name) = 1
+          LEFT JOIN pg_class c
+            ON b.kind <> 'f' AND c.relnamespace = 'outbox'::regnamespace AND c.relname = b.name
+         CROSS JOIN LATERAL aclexplode(b.acl) a
+         WHERE coalesce(p.oid, c.oid) IS NOT NULL AND coalesce(p.oid, c.oid) <> b.oid
+           AND a.grantee <> b.owner
+    LOOP
+        EXECUTE format('GRANT %s ON %s TO %s%s', g.privilege_type, g.target,
+                       CASE WHEN g.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(g.grantee::regrole::text) END,
+                       CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+    END LOOP;
+    DROP TABLE pg_temp.outbox_grants_before;
+
+    -- The initial privileges as a fresh install records them: its script
+    -- revokes everything from PUBLIC and grants nothing, so each object's
+    -- owner alone.  (Updates before 1.5 recorded the grants they gave back.)
+    WITH owners AS (
+        SELECT 'pg_proc'::regclass AS cls, p.oid, p.proowner AS owner
+          FROM pg_proc p WHERE p.pronamespace = 'outbox'::regnamespace
+        UNION ALL
+        SELECT 'pg_class'::regclass, c.oid, c.relowner
+          FROM pg_class c WHERE c.relnamespace = 'outbox'::regnamespace
+        UNION ALL
+        SELECT 'pg_type'::regclass, t.oid, t.typowner
+          FROM pg_type t WHERE t.typnamespace = 'outbox'::regnamespace
+        UNION ALL
+        SELECT 'pg_namespace'::regclass, n.oid, n.nspowner
+          FROM pg_namespace n WHERE n.nspname = 'outbox'
+    ), given AS (
+        SELECT ip.classoid, ip.objoid, ip.objsubid,
+               ARRAY(SELECT i FROM unnest(ip.initprivs) i
+                      WHERE NOT EXISTS (SELECT 1 FROM aclexplode(ARRAY[i]) x
+                                         WHERE x.grantee <> o.owner)) AS owners_own
+          FROM pg_init_privs ip
+          JOIN owners o ON o.cls = ip.classoid AND o.oid = ip.objoid
+         WHERE ip.privtype = 'e'
+           AND EXISTS (SELECT 1 FROM aclexplode(ip.initprivs) x WHERE x.grantee <> o.owner)
+    ), kept AS (
+        UPDATE pg_init_privs ip SET initprivs = gv.owners_own
+          FROM given gv
+         WHERE ip.classoid = gv.classoid AND ip.objoid = gv.objoid AND ip.objsubid = gv.objsubid
+           AND ip.privtype = 'e' AND cardinality(gv.owners_own) > 0
+    )
+    DELETE FROM pg_init_privs ip
+     USING given gv
+     WHERE ip.classoid = gv.classoid AND ip.objoid = gv.objoid AND ip.objsubid = gv.objsubid
+       AND ip.privtype = 'e' AND cardinality(gv.owners_own) = 0;
+END
+$$;
+COMMENT ON FUNCTION outbox._grants_back() IS
+    'internal, for update scripts: grant again what _grants_before() kept on recreated objects; initial privileges as a fresh install records them';
 
 ----------------------------------------------------------------------------
 -- Privileges: PUBLIC gets nothing.  README tells an administrator what to

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""scripts/receiver.py: a tiny webhook receiver for the demo and the tests.
+"""scripts/receiver.py: a tiny webhook receiver for the demo (the tests use t/webhook_receiver.py).
 
 Listens on HOST:PORT, logs every POST it gets (method, path, the Standard
 Webhooks headers and the body) and answers with an empty body and the status

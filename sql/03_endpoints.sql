@@ -378,4 +378,10 @@ SELECT failing_since > now() - interval '1 minute' AS new_period, consecutive_fa
        last_failure_status
   FROM outbox.endpoint_health WHERE endpoint_id = outbox._endpoint_id('fs');
 SELECT disabled_at IS NULL AS enabled FROM outbox.endpoints WHERE name = 'fs';
+-- An outcome is one of outbox.outcome_kind's labels: a misspelt one is an
+-- error, and nothing is recorded.
+SELECT outbox._record(ARRAY[
+         ROW(outbox._endpoint_id('fs'), 3, gen_random_uuid(), 1, 'delivred', NULL, 200, NULL, 1, 'ok', NULL)::outbox.outcome],
+       '{}', '{}') AS held;
+SELECT count(*) AS attempts_of_3 FROM outbox.attempt_log WHERE id = 3;
 SELECT outbox.drop_endpoint('fs');

@@ -15,10 +15,11 @@ SELECT current_database() AS regress_db \gset
 -- sequences, types, functions whole (arguments and defaults, result,
 -- language, volatility, strictness, security, SET clauses, body) with
 -- owner and privileges, and comments.  Privileges are compared as they take
--- effect: a NULL ACL is the default one written out.  Left out: the
--- initial privileges pg_dump compares with (pg_init_privs; an update
--- records as initial the grants it gives back on what it recreates), and
--- the stored defaults of rows older than an ADD COLUMN (attmissingval).
+-- effect: a NULL ACL is the default one written out.  The initial
+-- privileges pg_dump compares with (pg_init_privs) are compared too, those
+-- that differ from the default (as no row does): an update that recorded
+-- the grants it gave back as initial would make pg_dump leave them out.  Left out: the stored defaults of rows older
+-- than an ADD COLUMN (attmissingval).
 -- outbox_differences(fresh) lists the lines that are in a fresh install's
 -- fingerprint and not in this database's, or the other way round.
 SELECT $def$
@@ -95,6 +96,24 @@ LANGUAGE sql AS $$
     SELECT format('function %s owner %s acl %s', pg_get_functiondef(p.oid),
                   pg_get_userbyid(p.proowner), coalesce(p.proacl, acldefault('f', p.proowner)))
       FROM pg_proc p, ns WHERE p.pronamespace = ns.oid
+    UNION ALL
+    SELECT format('initial privileges of %s: %s', pg_describe_object(ip.classoid, ip.objoid, ip.objsubid),
+                  ip.initprivs)
+      FROM pg_init_privs ip
+      JOIN (SELECT 'pg_namespace'::regclass, n.oid, acldefault('n', n.nspowner)
+              FROM pg_namespace n, ns WHERE n.oid = ns.oid
+            UNION ALL
+            SELECT 'pg_class'::regclass, c.oid,
+                   acldefault(CASE WHEN c.relkind = 'S' THEN 's' ELSE 'r' END::"char", c.relowner)
+              FROM rel c
+            UNION ALL
+            SELECT 'pg_proc'::regclass, p.oid, acldefault('f', p.proowner)
+              FROM pg_proc p, ns WHERE p.pronamespace = ns.oid
+            UNION ALL
+            SELECT 'pg_type'::regclass, t.oid, acldefault('T', t.typowner)
+              FROM pg_type t, ns WHERE t.typnamespace = ns.oid) o(cls, oid, dflt)
+        ON o.cls = ip.classoid AND o.oid = ip.objoid
+     WHERE ip.privtype = 'e' AND (ip.objsubid <> 0 OR ip.initprivs <> o.dflt)
     UNION ALL
     SELECT format('comment on %s: %s', pg_describe_object(d.classoid, d.objoid, d.objsubid), d.description)
       FROM pg_description d, ns

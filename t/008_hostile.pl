@@ -13,7 +13,7 @@ use warnings;
 use FindBin;
 use lib $FindBin::Bin;
 use IO::Socket::INET;
-use OutboxTest;
+use OutboxTest qw(:DEFAULT sql lit relay_pid);
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep);
@@ -42,20 +42,6 @@ my $closed_port;
 	  or die "cannot bind: $!";
 	$closed_port = $s->sockport;
 	close $s;
-}
-
-sub sql { return $node->safe_psql('postgres', $_[0]); }
-
-sub lit
-{
-	my ($s) = @_;
-	$s =~ s/'/''/g;
-	return "'$s'";
-}
-
-sub relay_pid
-{
-	return sql("SELECT pid FROM pg_stat_activity WHERE backend_type = 'outbox relay'");
 }
 
 # Peak and current resident memory of a process, in kB.

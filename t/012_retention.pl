@@ -42,7 +42,8 @@ my ($url, $log, $receiver) = start_receiver();
 # One session for the test's queries, one that emits the load.
 my $mon = $node->background_psql('postgres');
 $mon->set_query_timer_restart;
-sub sql { return $mon->query_safe($_[0]); }
+# (queries through it: monitor(); OutboxTest's sql() connects anew each time)
+sub monitor { return $mon->query_safe($_[0]); }
 
 # What rotation does takes a few half periods: waiting for it ten whole
 # periods is generous, and a failure does not wait out the TAP timeout.
@@ -57,7 +58,7 @@ sub poll_sql
 	my $got;
 	while (time() < $deadline)
 	{
-		$got = sql($query);
+		$got = monitor($query);
 		return 1 if $got eq $expected;
 		usleep(100_000);
 	}
@@ -148,7 +149,7 @@ my %rot;   # table => { cur => "slot@opened_at", n => rotations seen }
 sub sample
 {
 	my %s;
-	@s{@fields} = split /\|/, sql($sample_sql);
+	@s{@fields} = split /\|/, monitor($sample_sql);
 	$s{t} = time() - ($t0 // $t_start);
 	$s{phase} = $phase;
 	for (split / /, $s{rotation})
@@ -184,9 +185,9 @@ sub kb { return sprintf('%.0f', $_[0] / 1024); }
 
 # The load's endpoint; another one, subscribed to nothing emitted, must
 # not hold rotation up.
-sql("SELECT outbox.create_endpoint('load', '$url/load', '{t.load}')");
-sql("SELECT outbox.create_endpoint('idle', '$url/idle', '{t.none}')");
-sql(q{
+monitor("SELECT outbox.create_endpoint('load', '$url/load', '{t.load}')");
+monitor("SELECT outbox.create_endpoint('idle', '$url/idle', '{t.none}')");
+monitor(q{
 CREATE TABLE load_ctl (stop boolean NOT NULL);
 INSERT INTO load_ctl VALUES (false);
 CREATE TABLE load_ids (id uuid PRIMARY KEY, at timestamptz NOT NULL);
@@ -229,7 +230,7 @@ diag(sprintf('load: rotations %s after %.1fs',
 
 my @load = grep { $_->{phase} eq 'load' } @samples;
 my $load_end = $load[-1]{t};
-my $emitted = sql('SELECT count(*) FROM load_ids');
+my $emitted = monitor('SELECT count(*) FROM load_ids');
 diag(sprintf('load: %d events emitted in %.1fs (%.0f/s)', $emitted, $load_end, $emitted / $load_end));
 
 # The figures, per retention period: the largest of each table.
@@ -260,7 +261,7 @@ for my $tbl (qw(events attempt_log inbox))
 }
 is(max(map { $_->{early_events} + $_->{early_inbox} } @load), 0,
 	'load: no event or inbox row went before one retention period');
-is(sql("SELECT count(*) FROM outbox.events WHERE created_at < now() - interval '$max_age s'"), '0',
+is(monitor("SELECT count(*) FROM outbox.events WHERE created_at < now() - interval '$max_age s'"), '0',
 	"load: no event older than ${max_age}s remains");
 
 ############################################################################
@@ -269,7 +270,7 @@ is(sql("SELECT count(*) FROM outbox.events WHERE created_at < now() - interval '
 
 # Created paused, so that the relay never sees them active.  "gone"
 # answers 410: it is for part 3.
-sql(qq{
+monitor(qq{
 BEGIN;
 SELECT outbox.create_endpoint('paused', '$url/paused', '{t.paused}');
 SELECT outbox.pause_endpoint('paused');
@@ -277,7 +278,7 @@ SELECT outbox.create_endpoint('gone', '$url/gone?status=410', '{t.gone}');
 SELECT outbox.pause_endpoint('gone');
 COMMIT;
 });
-my @owed = split /\n/, sql(q{
+my @owed = split /\n/, monitor(q{
 BEGIN;
 SELECT outbox.emit('t.paused', jsonb_build_object('n', g)) FROM generate_series(1, 5) g;
 SELECT outbox.emit('t.gone', jsonb_build_object('n', g)) FROM generate_series(1, 20) g;
@@ -295,7 +296,7 @@ ok( sample_until(
 		$patience,
 		sub {
 			my ($s) = @_;
-			$owed_seen{ sql(qq{
+			$owed_seen{ monitor(qq{
 				SELECT (SELECT count(*) FROM outbox.events WHERE event_id IN ($owed_list)) || ' '
 				    || (SELECT string_agg(name || ':' || events_waiting, ' ' ORDER BY name)
 				          FROM outbox.endpoint_status WHERE name IN ('paused', 'gone'))}) }++;
@@ -314,7 +315,7 @@ is(join(', ', sort keys %owed_seen), '25 gone:20 paused:5',
 is($rot{events}{cur}, $held_cur, 'paused: the events rotation does not move once it warned');
 cmp_ok(min(map { $rot{$_}{n} - $rot_before{$_} } qw(attempt_log inbox)), '>=', 4,
 	'paused: the attempt log and the inbox rotate on');
-like(sql(q{SELECT detail FROM outbox.health() WHERE check_name = 'events rotation'}),
+like(monitor(q{SELECT detail FROM outbox.health() WHERE check_name = 'events rotation'}),
 	qr/past outbox\.retention \(00:00:04\).*paused/, 'paused: health() says why');
 read_receiver();
 ok(!$got{'/paused'} && !$got{'/gone'}, 'paused: nothing was sent to the paused endpoints');
@@ -327,15 +328,15 @@ diag('paused: events tables grew to ' . kb($paused_peak) . ' kB (' . kb($load_ma
 ############################################################################
 
 $phase = 'disabled';
-sql("SELECT outbox.resume_endpoint('gone')");
+monitor("SELECT outbox.resume_endpoint('gone')");
 ok(poll_sql("SELECT state = 'disabled' FROM outbox.endpoint_status WHERE name = 'gone'"),
 	'disabled: the 410 disabled the endpoint');
 my @late_ids = split /\n/,
-  sql(q{SELECT outbox.emit('t.gone', jsonb_build_object('late', g)) FROM generate_series(1, 10) g});
+  monitor(q{SELECT outbox.emit('t.gone', jsonb_build_object('late', g)) FROM generate_series(1, 10) g});
 my $gone_list = join(',', map { "'$_'" } @gone_ids, @late_ids);
 
 # The paused endpoint gets all it is owed.
-sql("SELECT outbox.resume_endpoint('paused')");
+monitor("SELECT outbox.resume_endpoint('paused')");
 ok(wait_arrived('/paused', @paused_ids), 'paused: resume_endpoint delivers every waiting event');
 is(scalar(keys %{ $got{'/paused'} }), 5, 'paused: and nothing else');
 
@@ -348,12 +349,12 @@ my $dropped;
 ok( sample_until(
 		$patience,
 		sub {
-			$dropped = sql(q{SELECT backlog_dropped FROM outbox.endpoint_status WHERE name = 'gone'});
+			$dropped = monitor(q{SELECT backlog_dropped FROM outbox.endpoint_status WHERE name = 'gone'});
 			return $dropped > 0;
 		}),
 	'disabled: rotation dropped the backlog');
 is($dropped, 30, 'disabled: backlog_dropped counts the 30 events given up');
-is( sql(q{
+is( monitor(q{
 	SELECT state || ' ' || events_waiting || ' ' || (backlog_dropped_at - disabled_at >= interval '4 s')
 	  FROM outbox.endpoint_status WHERE name = 'gone'}),
 	'disabled 0 true',
@@ -388,10 +389,10 @@ ok(poll_sql(q{SELECT status FROM outbox.health() WHERE check_name = 'events rota
 # The end: nothing of the load lost; rotation by TRUNCATE only.
 ############################################################################
 
-sql('UPDATE load_ctl SET stop = true');
+monitor('UPDATE load_ctl SET stop = true');
 $gen->quit;
 is($gen->{stderr}, '', 'the load ran without error');
-$emitted = sql('SELECT count(*) FROM load_ids');
+$emitted = monitor('SELECT count(*) FROM load_ids');
 my @load_ids = split /\n/, $node->safe_psql('postgres', 'SELECT id FROM load_ids');
 ok(wait_arrived('/load', @load_ids), "every one of the $emitted events of the load arrived");
 my $dups = grep { $got{'/load'}{$_} > 1 } keys %{ $got{'/load'} };
@@ -404,7 +405,7 @@ ok($node->poll_query_until('postgres', qq{
 	SELECT sum(n_tup_ins) >= $emitted + 35 FROM pg_stat_user_tables
 	 WHERE schemaname = 'outbox' AND relname ~ '^events_[0-2]\$'}),
 	'statistics count every event inserted');
-is( sql(q{
+is( monitor(q{
 	SELECT string_agg(format('%s: %s updated, %s deleted, %s dead', relname, n_tup_upd, n_tup_del, n_dead_tup),
 	                  ', ' ORDER BY relname)
 	  FROM pg_stat_user_tables

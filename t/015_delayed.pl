@@ -23,7 +23,7 @@ use strict;
 use warnings;
 use FindBin;
 use lib $FindBin::Bin;
-use OutboxTest qw(:DEFAULT reload_with);
+use OutboxTest qw(:DEFAULT sql reload_with);
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time usleep);
@@ -31,7 +31,6 @@ use Time::HiRes qw(time usleep);
 my $node = outbox_node('delayed');
 my ($big_url, undef, $big_receiver) = start_receiver();
 my ($url, $log, $receiver) = start_receiver();
-sub sql { return $node->safe_psql('postgres', $_[0]); }
 
 $node->poll_query_until('postgres',
 	"SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'outbox relay'")

@@ -8,15 +8,13 @@ use strict;
 use warnings;
 use FindBin;
 use lib $FindBin::Bin;
-use OutboxTest;
+use OutboxTest qw(:DEFAULT sql);
 use PostgreSQL::Test::Utils;
 use Test::More;
 
 my $node = outbox_node('reload', conf => "outbox.retry_schedule = '1h'\n");
 my ($url, $log, $rx) = start_receiver();
 my ($port) = $url =~ /:(\d+)$/;
-
-sub sql { return $node->safe_psql('postgres', $_[0]); }
 
 # Established TCP connections to the receiver's port, from the client side
 # (the relay and its senders are the only clients).

@@ -16,6 +16,7 @@
 #include "utils/uuid.h"
 
 #include "format.h"
+#include "policy.h"
 #include "sign.h"
 #include "target.h"
 
@@ -113,10 +114,11 @@ typedef struct Delivery
 	char	   *body;			/* in its endpoint's format */
 	char	  **event_headers;
 	int			n_event_headers;
-	const char *outcome;
+	OutcomeKind outcome;
 	TimestampTz next_at;
 	TargetResult result;		/* of its attempt: target_submit() to
 								 * target_next_done() */
+	bool		took_slot;		/* its attempt holds one of the relay's slots */
 } Delivery;
 
 /*

@@ -166,18 +166,19 @@ policy_wants_disable(Outcome o, const char *delivery_header)
 		(delivery_header != NULL && pg_strcasecmp(delivery_header, "disable") == 0);
 }
 
-const char *
-policy_outcome_name(Outcome o)
+/* What is recorded for a response's outcome (disabling retries it). */
+OutcomeKind
+policy_outcome_kind(Outcome o)
 {
 	switch (o)
 	{
 		case OUTCOME_DELIVERED:
-			return "delivered";
+			return OUTCOME_KIND_DELIVERED;
 		case OUTCOME_RETRY:
 		case OUTCOME_DISABLE:
-			return "retry";
+			return OUTCOME_KIND_RETRY;
 		case OUTCOME_DEAD:
-			return "dead";
+			return OUTCOME_KIND_DEAD;
 	}
-	return "retry";
+	return OUTCOME_KIND_RETRY;
 }

@@ -17,6 +17,21 @@ typedef enum Outcome
 	OUTCOME_DISABLE				/* retry later, and disable the endpoint */
 } Outcome;
 
+/*
+ * What is recorded of a delivery: outbox.outcome_kind on the SQL side,
+ * label for label (store.c converts; an unknown label is an error there).
+ */
+typedef enum OutcomeKind
+{
+	OUTCOME_KIND_DELIVERED,		/* answered with a 2xx */
+	OUTCOME_KIND_RETRY,			/* to be tried again at next_at */
+	OUTCOME_KIND_DEAD,			/* given up: a dead letter */
+	OUTCOME_KIND_DEFERRED,		/* not sent: deliver_at is later, or it waits
+								 * behind its key */
+	OUTCOME_KIND_ALREADY		/* answered with a 2xx before a restart; not
+								 * sent again */
+} OutcomeKind;
+
 #define OUTBOX_MAX_SCHEDULE 32
 
 typedef struct RetrySchedule
@@ -31,6 +46,6 @@ extern double policy_backoff(const RetrySchedule *schedule, int attempt,
 							 long status, double retry_after, double jitter);
 extern double policy_retry_after(const char *value, double now);
 extern bool policy_wants_disable(Outcome o, const char *delivery_header);
-extern const char *policy_outcome_name(Outcome o);
+extern OutcomeKind policy_outcome_kind(Outcome o);
 
 #endif							/* OUTBOX_POLICY_H */

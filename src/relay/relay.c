@@ -100,6 +100,7 @@ static HTAB *endpoints = NULL;
 static dlist_head active = DLIST_STATIC_INIT(active);
 static dlist_head unconfirmed = DLIST_STATIC_INIT(unconfirmed);
 static int	in_flight = 0;
+static int	slots_taken = 0;	/* of those, deliveries holding a slot */
 
 /*
  * The stream (DESIGN.md, "The read path"): its page in flight, or the one
@@ -317,7 +318,7 @@ may_read_due(const RelayEndpoint *ep, bool full)
  * progress of the page (detach_laggards).
  */
 static void
-settle(Delivery *d, const char *outcome)
+settle(Delivery *d, OutcomeKind outcome)
 {
 	Batch	   *b = d->batch;
 
@@ -342,7 +343,7 @@ defer(Delivery *d, TimestampTz next_at)
 	d->deferred = true;
 	d->attempt = 0;
 	d->next_at = next_at;
-	settle(d, "deferred");
+	settle(d, OUTCOME_KIND_DEFERRED);
 }
 
 /*
@@ -1155,7 +1156,7 @@ read_round(bool full)
 
 			d->state = DELIVERY_WAITING;
 			if (d->already)
-				settle(d, "already");
+				settle(d, OUTCOME_KIND_ALREADY);
 			else if (d->deferred)
 				defer(d, d->deliver_at);
 		}
@@ -1180,6 +1181,12 @@ read_round(bool full)
  * was detached for lagging behind the stream has one, until its next 2xx
  * gives back the whole cap (endpoint_cap; bench case 12).
  *
+ * A target whose deliveries hold no socket of their own (a broker's
+ * messages share the producer's connections: target_takes_slot) takes no
+ * slot and no share: its endpoints are served first, each up to its cap,
+ * which is max_in_flight or twice outbox.batch_size, cut on failures the
+ * same way.
+ *
  * pump() only looks at endpoints in the ready list, never at all of them:
  * an endpoint goes in when it gets a batch, or when one of its requests
  * finishes while deliveries of it still wait (collect); it leaves once it
@@ -1193,7 +1200,7 @@ static int	busy_endpoints = 0;
 static void
 update_busy(RelayEndpoint *ep)
 {
-	bool		busy = ep->ready || ep->in_flight > 0;
+	bool		busy = target_takes_slot(ep->target) && (ep->ready || ep->in_flight > 0);
 
 	if (busy != ep->busy)
 	{
@@ -1213,7 +1220,8 @@ may_wait(const Batch *b)
 static int
 endpoint_cap(const RelayEndpoint *ep)
 {
-	int			cap = ep->max_in_flight > 0 ? ep->max_in_flight : outbox_endpoint_concurrency;
+	int			cap = ep->max_in_flight > 0 ? ep->max_in_flight :
+		target_takes_slot(ep->target) ? outbox_endpoint_concurrency : 2 * outbox_batch_size;
 
 	if (ep->lagged)
 		return 1;
@@ -1277,9 +1285,12 @@ submit(Delivery *d)
 
 	outbox_uuid_text(&d->event_id, d->event_id_str);
 	memset(&d->result, 0, sizeof(d->result));
-	target_submit(d, ep->target, in_flight);
+	target_submit(d, ep->target, slots_taken);
 	ep->in_flight++;
 	in_flight++;
+	d->took_slot = target_takes_slot(ep->target);
+	if (d->took_slot)
+		slots_taken++;
 	d->batch->answered_at = GetCurrentTimestamp();	/* its clock starts */
 	update_busy(ep);
 	show_in_flight(ep);
@@ -1326,14 +1337,15 @@ pump_batch(Batch *b, int limit, int slots)
 				behind_key = true;
 				continue;
 			}
-			if (strcmp(prev->outcome, "delivered") != 0 && strcmp(prev->outcome, "dead") != 0 &&
-				strcmp(prev->outcome, "already") != 0)
+			if (prev->outcome != OUTCOME_KIND_DELIVERED && prev->outcome != OUTCOME_KIND_DEAD &&
+				prev->outcome != OUTCOME_KIND_ALREADY)
 			{
 				defer(d, GetCurrentTimestamp());
 				continue;
 			}
 		}
-		if (in_flight >= slots || b->ep->in_flight >= limit)
+		if ((slots_taken >= slots && target_takes_slot(b->ep->target)) ||
+			b->ep->in_flight >= limit)
 		{
 			if (all_settled)
 				b->next_submit = i;
@@ -1352,17 +1364,33 @@ pump_batch(Batch *b, int limit, int slots)
 }
 
 /*
+ * Submit an endpoint's waiting deliveries up to limit, due retries before
+ * new events.  It leaves the ready list (collect puts it back when one of
+ * its requests finishes), unless the slots ran out first: then it goes to
+ * the end of the list.
+ */
+static void
+pump_endpoint(RelayEndpoint *ep, int limit, int slots)
+{
+	PumpStop	due = pump_batch(ep->due, limit, slots);
+	PumpStop	page = due == PUMP_AT_LIMIT ? PUMP_AT_LIMIT :
+		pump_batch(ep->page, limit, slots);
+
+	unready(ep);
+	if (page == PUMP_AT_LIMIT && ep->in_flight < limit)
+		make_ready(ep);			/* the slots ran out: it is served again */
+}
+
+/*
  * Submit what the slots allow, endpoint by endpoint in the order of the
- * ready list, each up to its limit; due retries before new events.  An
- * endpoint that got what it may leaves the list (collect puts it back when
- * one of its requests finishes); one cut short because the slots ran out
- * goes to the end of the list, and the others keep their place.
+ * ready list, each up to its limit; the others keep their place.
  */
 static void
 pump(void)
 {
 	int			slots = relay_slots();
 	dlist_iter	iter;
+	dlist_mutable_iter miter;
 
 	/* Batches read since the last pump are at the end of the active list. */
 	dlist_reverse_foreach(iter, &active)
@@ -1375,19 +1403,22 @@ pump(void)
 		make_ready(b->ep);
 	}
 
-	while (!dlist_is_empty(&ready) && in_flight < slots)
+	/* Endpoints whose deliveries take no slot: each up to its cap. */
+	dlist_foreach_modify(miter, &ready)
+	{
+		RelayEndpoint *ep = dlist_container(RelayEndpoint, ready_node, miter.cur);
+
+		if (!target_takes_slot(ep->target))
+			pump_endpoint(ep, endpoint_cap(ep), slots);
+	}
+
+	while (!dlist_is_empty(&ready) && slots_taken < slots)
 	{
 		RelayEndpoint *ep = dlist_head_element(RelayEndpoint, ready_node, &ready);
 		int			cap = endpoint_cap(ep);
 		int			share = (slots + busy_endpoints) / (busy_endpoints + 1);
-		int			limit = Min(cap, share);
-		PumpStop	due = pump_batch(ep->due, limit, slots);
-		PumpStop	page = due == PUMP_AT_LIMIT ? PUMP_AT_LIMIT :
-			pump_batch(ep->page, limit, slots);
 
-		unready(ep);
-		if (page == PUMP_AT_LIMIT && ep->in_flight < limit)
-			make_ready(ep);		/* the slots ran out: it is served again */
+		pump_endpoint(ep, Min(cap, share), slots);
 	}
 }
 
@@ -1456,7 +1487,7 @@ collect(void)
 
 			d->next_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), (int64) (wait * 1000.0));
 		}
-		settle(d, policy_outcome_name(o));
+		settle(d, policy_outcome_kind(o));
 		if (o == OUTCOME_DELIVERED)
 			b->ep->consecutive_failures = 0;
 		else
@@ -1482,6 +1513,8 @@ collect(void)
 		outbox_count(RELAY_BYTES, res->bytes);
 		b->ep->in_flight--;
 		in_flight--;
+		if (d->took_slot)
+			slots_taken--;
 		show_in_flight(b->ep);
 
 		/*

@@ -32,6 +32,7 @@
 #include "utils/typcache.h"
 #include "access/htup_details.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_enum.h"
 
 #include "guc.h"
 #include "spi_plan.h"
@@ -565,9 +566,43 @@ outbox_type(const char *name)
 #define OUTCOME_ATTRS	11
 #define PAGE_DONE_ATTRS 4
 
+/* OutcomeKind's labels in outbox.outcome_kind, in the C enum's order. */
+static const char *const outcome_kind_labels[] = {
+	[OUTCOME_KIND_DELIVERED] = "delivered",
+	[OUTCOME_KIND_RETRY] = "retry",
+	[OUTCOME_KIND_DEAD] = "dead",
+	[OUTCOME_KIND_DEFERRED] = "deferred",
+	[OUTCOME_KIND_ALREADY] = "already",
+};
+
+#define OUTCOME_KINDS lengthof(outcome_kind_labels)
+
+/*
+ * The values of outbox.outcome_kind (the type of outbox.outcome's outcome
+ * attribute), in OutcomeKind's order.  A label the type lacks is an error:
+ * the two sides of the contract disagree.
+ */
+static void
+outcome_kind_values(TupleDesc outcome_td, Datum *values)
+{
+	Oid			kind_type = TupleDescAttr(outcome_td, 4)->atttypid;
+
+	for (int i = 0; i < (int) OUTCOME_KINDS; i++)
+	{
+		Oid			v = GetSysCacheOid2(ENUMTYPOIDNAME, Anum_pg_enum_oid,
+										ObjectIdGetDatum(kind_type),
+										CStringGetDatum(outcome_kind_labels[i]));
+
+		if (!OidIsValid(v))
+			elog(ERROR, "type %s has no label \"%s\"",
+				 format_type_be(kind_type), outcome_kind_labels[i]);
+		values[i] = ObjectIdGetDatum(v);
+	}
+}
+
 /* One delivery's outcome as an outbox.outcome. */
 static Datum
-outcome_datum(TupleDesc td, const OutcomeRow *o)
+outcome_datum(TupleDesc td, const Datum *kinds, const OutcomeRow *o)
 {
 	Datum		v[OUTCOME_ATTRS];
 	bool		n[OUTCOME_ATTRS];
@@ -577,7 +612,7 @@ outcome_datum(TupleDesc td, const OutcomeRow *o)
 	v[1] = Int64GetDatum(o->id);
 	v[2] = UUIDPGetDatum(o->event_id);
 	v[3] = Int32GetDatum(o->attempt);
-	v[4] = CStringGetTextDatum(o->outcome);
+	v[4] = kinds[o->outcome];
 	n[5] = o->next_at == 0;
 	v[5] = TimestampTzGetDatum(o->next_at);
 	n[6] = !o->sent || o->status == 0;
@@ -614,6 +649,7 @@ store_record(const RecordSet *set, int **locked, MemoryContext locked_cxt)
 	Datum	   *outcomes = palloc(sizeof(Datum) * Max(set->noutcomes, 1));
 	Datum	   *pages = palloc(sizeof(Datum) * Max(set->npages, 1));
 	Datum	   *detach = palloc(sizeof(Datum) * Max(set->ndetach, 1));
+	Datum		kinds[OUTCOME_KINDS];
 	Datum		args[3];
 	bool		isnull;
 	int			rc;
@@ -625,8 +661,9 @@ store_record(const RecordSet *set, int **locked, MemoryContext locked_cxt)
 		plan = outbox_prepare_kept("SELECT outbox._record($1, $2, $3)", 3, types);
 	}
 
+	outcome_kind_values(outcome_td, kinds);
 	for (int i = 0; i < set->noutcomes; i++)
-		outcomes[i] = outcome_datum(outcome_td, &set->outcomes[i]);
+		outcomes[i] = outcome_datum(outcome_td, kinds, &set->outcomes[i]);
 	for (int i = 0; i < set->npages; i++)
 	{
 		Datum		v[PAGE_DONE_ATTRS];

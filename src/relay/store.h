@@ -68,7 +68,7 @@ typedef struct OutcomeRow
 	int64		id;
 	const pg_uuid_t *event_id;
 	int			attempt;
-	const char *outcome;
+	OutcomeKind outcome;
 	TimestampTz next_at;		/* 0: none */
 	bool		sent;			/* a request went; the rest describe it */
 	long		status;			/* 0: no response */

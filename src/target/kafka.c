@@ -57,6 +57,7 @@
 
 #include "portability/instr_time.h"
 #include "utils/memutils.h"
+#include "utils/timestamp.h"
 
 #include "address.h"
 #include "delivery.h"
@@ -74,6 +75,7 @@ typedef struct Producer
 	bool		topic_has_type;
 	rd_kafka_t *rk;
 	int			in_flight;		/* messages produced, not yet reported */
+	TimestampTz used_at;		/* its last message was produced */
 	bool		retired;		/* takes no more; destroyed once empty */
 	bool		fatal;			/* failed for good: purge what it has */
 	NetworkList allowed;		/* the address policy it was made under */
@@ -109,6 +111,13 @@ static pthread_mutex_t refusal_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* The pipe every producer's queue wakes the relay through. */
 static int	wake_pipe[2] = {-1, -1};
+static bool woke_self = false;	/* wake() wrote to it */
+
+/*
+ * A producer with nothing in flight and no message for this long is
+ * destroyed (its endpoint may be gone); the next delivery makes another.
+ */
+#define PRODUCER_IDLE_MS	(10 * 60 * 1000)
 
 /* ---------------------------------------------------------------------
  * The URL
@@ -370,6 +379,7 @@ wake(void)
 {
 	char		c = 1;
 
+	woke_self = true;
 	/* A full pipe already wakes the wait. */
 	if (wake_pipe[1] >= 0 && write(wake_pipe[1], &c, 1) < 0)
 		return;
@@ -698,6 +708,7 @@ kafka_submit(Delivery *d, int relay_in_flight)
 		return;
 	}
 	m->p = p;
+	p->used_at = GetCurrentTimestamp();
 	p->in_flight++;
 	kafka_in_flight++;
 	topic_of(p, d->type, topic);
@@ -751,7 +762,8 @@ kafka_next_done(void)
 
 /*
  * After a wait: empty the pipe and serve every producer's queue (delivery
- * reports, errors, log lines); destroy retired producers once empty.
+ * reports, errors, log lines); destroy retired producers once empty, and
+ * those unused for PRODUCER_IDLE_MS.
  */
 static void
 kafka_poll(void)
@@ -759,11 +771,14 @@ kafka_poll(void)
 	char		buf[256];
 	Producer   *p;
 	Producer   *next;
+	TimestampTz now;
 
-	if (producers == NULL)
+	if (producers == NULL && !woke_self)
 		return;
+	woke_self = false;
 	while (read(wake_pipe[0], buf, sizeof(buf)) > 0)
 		;
+	now = GetCurrentTimestamp();
 	for (p = producers; p != NULL; p = next)
 	{
 		next = p->next;
@@ -775,6 +790,9 @@ kafka_poll(void)
 			rd_kafka_purge(p->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
 			rd_kafka_poll(p->rk, 0);
 		}
+		if (p->in_flight == 0 && !p->retired &&
+			TimestampDifferenceExceeds(p->used_at, now, PRODUCER_IDLE_MS))
+			p->retired = true;
 		if (p->retired && p->in_flight == 0)
 			producer_free(p);
 	}
@@ -832,4 +850,5 @@ const TargetOps outbox_kafka_target = {
 	.next_done = kafka_next_done,
 	.poll = kafka_poll,
 	.abandon_all = kafka_abandon_all,
+	.takes_slot = false,
 };

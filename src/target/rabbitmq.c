@@ -68,6 +68,7 @@
 
 #include "portability/instr_time.h"
 #include "utils/memutils.h"
+#include "utils/timestamp.h"
 
 #include "address.h"
 #include "delivery.h"
@@ -79,6 +80,12 @@
 #define AMQP_CONNECT_MAX_MS		10000	/* connect, log in, open: each step */
 #define AMQP_RECONNECT_MS		1000	/* between two connection attempts */
 #define AMQP_ERROR_LEN			256
+
+/*
+ * A publisher with nothing in flight and no message for this long is
+ * stopped (its endpoint may be gone); the next delivery makes another.
+ */
+#define PUBLISHER_IDLE_MS		(10 * 60 * 1000)
 
 /*
  * One message, malloc'd in one piece by the relay, published by the
@@ -130,6 +137,7 @@ typedef struct Publisher
 	int			wake[2];		/* relay -> thread */
 	pthread_t	thread;
 	int			in_flight;		/* handed to the thread, not collected */
+	TimestampTz used_at;		/* its last message was handed over */
 	bool		retired;		/* takes no more; stopped once empty */
 	struct Publisher *next;
 
@@ -151,6 +159,7 @@ static int	done_room = 0;
 
 /* The pipe every publisher thread wakes the relay through. */
 static int	relay_wake[2] = {-1, -1};
+static bool woke_self = false;	/* relay_wake_self() wrote to it */
 
 /* Serializes the threads' calls of address_refusal (a static buffer). */
 static pthread_mutex_t refusal_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -1093,6 +1102,7 @@ relay_wake_self(void)
 {
 	char		c = 1;
 
+	woke_self = true;
 	if (write(relay_wake[1], &c, 1) < 0)
 		return;
 }
@@ -1238,6 +1248,7 @@ rabbitmq_submit(Delivery *d, int relay_in_flight)
 		m->deadline_ms = (uint64) ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + p->timeout_ms;
 	}
 	p->in_flight++;
+	p->used_at = GetCurrentTimestamp();
 	pthread_mutex_lock(&p->lock);
 	list_append(&p->inbox, m);
 	pthread_mutex_unlock(&p->lock);
@@ -1283,8 +1294,8 @@ collect(AmqpMessage *m)
 
 /*
  * After a wait: empty the pipe, collect every publisher's finished
- * messages; stop the threads of retired publishers once empty, and free
- * those whose thread ended.
+ * messages; stop the threads of retired publishers once empty (and retire
+ * those unused for PUBLISHER_IDLE_MS), and free those whose thread ended.
  */
 static void
 rabbitmq_poll(void)
@@ -1292,11 +1303,14 @@ rabbitmq_poll(void)
 	char		buf[256];
 	Publisher  *p;
 	Publisher  *next;
+	TimestampTz now;
 
-	if (publishers == NULL)
+	if (publishers == NULL && !woke_self)
 		return;
+	woke_self = false;
 	while (read(relay_wake[0], buf, sizeof(buf)) > 0)
 		;
+	now = GetCurrentTimestamp();
 	for (p = publishers; p != NULL; p = next)
 	{
 		MessageList got;
@@ -1314,6 +1328,9 @@ rabbitmq_poll(void)
 			p->in_flight--;
 			collect(m);
 		}
+		if (p->in_flight == 0 && !p->retired &&
+			TimestampDifferenceExceeds(p->used_at, now, PUBLISHER_IDLE_MS))
+			p->retired = true;
 		if (p->retired && p->in_flight == 0)
 		{
 			if (exited)
@@ -1379,4 +1396,5 @@ const TargetOps outbox_rabbitmq_target = {
 	.next_done = rabbitmq_next_done,
 	.poll = rabbitmq_poll,
 	.abandon_all = rabbitmq_abandon_all,
+	.takes_slot = false,
 };

@@ -37,6 +37,13 @@ target_of_url(const char *url)
 	return TARGET_WEBHOOK;
 }
 
+/* Does a delivery in flight to a target of this kind hold a relay slot? */
+bool
+target_takes_slot(TargetKind kind)
+{
+	return targets[kind]->takes_slot;
+}
+
 /*
  * At the relay's start: the HTTP client, sized by outbox.max_concurrency,
  * and the Kafka target's wake-up pipe, watched from the first wait on.

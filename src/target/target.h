@@ -79,9 +79,12 @@ typedef struct TargetOps
 	struct Delivery *(*next_done) (void);
 	void		(*poll) (void);
 	void		(*abandon_all) (void);
+	bool		takes_slot;		/* a delivery in flight holds one of the
+								 * relay's slots (a socket of its own) */
 } TargetOps;
 
 extern TargetKind target_of_url(const char *url);
+extern bool target_takes_slot(TargetKind kind);
 
 extern void target_start(void);
 extern void target_configure(void);

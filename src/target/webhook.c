@@ -314,4 +314,5 @@ const TargetOps outbox_webhook_target = {
 	.next_done = webhook_next_done,
 	.poll = webhook_poll,
 	.abandon_all = http_abandon_all,
+	.takes_slot = true,
 };

@@ -1230,6 +1230,7 @@ rabbitmq_submit(Delivery *d, int relay_in_flight)
 	char		why[256];
 	Publisher  *p = publisher_of(ep, why, sizeof(why));
 	AmqpMessage *m = p != NULL ? message_new(d, p) : NULL;
+	bool		was_empty;
 
 	if (m == NULL)
 	{
@@ -1250,9 +1251,12 @@ rabbitmq_submit(Delivery *d, int relay_in_flight)
 	p->in_flight++;
 	p->used_at = GetCurrentTimestamp();
 	pthread_mutex_lock(&p->lock);
+	was_empty = p->inbox.head == NULL;
 	list_append(&p->inbox, m);
 	pthread_mutex_unlock(&p->lock);
-	publisher_wake(p);
+	/* a non-empty inbox has woken the thread already, which then takes it all */
+	if (was_empty)
+		publisher_wake(p);
 }
 
 /* The next delivery whose outcome is known, or NULL. */

@@ -3,6 +3,7 @@
 //
 //   node amqp_client.js URL setup EXCHANGE:TYPE ... QUEUE=EXCHANGE:BINDING_KEY ...
 //       declares durable exchanges and durable queues bound to them
+//       (holding at most $AMQP_MAX_LENGTH messages, when set: the bench)
 //   node amqp_client.js URL drain QUEUE
 //       takes every message QUEUE holds (acknowledged, so gone) and prints
 //       one JSON line each, in queue order: routing key, properties,
@@ -48,7 +49,10 @@ async function main() {
 					const queue = arg.slice(0, eq);
 					const rest = arg.slice(eq + 1);
 					const colon = rest.indexOf(":");
-					await ch.assertQueue(queue, { durable: true });
+					const maxLength = process.env.AMQP_MAX_LENGTH;
+					await ch.assertQueue(queue, maxLength ?
+						{ durable: true, arguments: { "x-max-length": Number(maxLength) } } :
+						{ durable: true });
 					await ch.bindQueue(queue, rest.slice(0, colon), rest.slice(colon + 1));
 				}
 			}

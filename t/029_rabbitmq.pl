@@ -3,8 +3,8 @@
 # consumed with the npm amqplib client (t/node/amqp_client.js): every
 # committed event arrives, keys keep their order on an ordered endpoint,
 # rolled-back events never arrive, the message carries the event's id,
-# type and key; an unroutable message is a dead letter with the broker's
-# reason; the broker stopped and started while events flow loses nothing;
+# type and key; an unroutable message, and one for a missing exchange, is
+# a dead letter with the broker's reason; the broker stopped and started while events flow loses nothing;
 # crash rounds (relay killed, server stopped -m immediate) lose nothing
 # and duplicate only in the crash window; the address policy holds.
 use strict;
@@ -201,6 +201,21 @@ ok($node->poll_query_until('postgres',
 		"SELECT count(*) = 1 FROM outbox.attempts WHERE event_id = '$lost_one' AND endpoint = 'r_orders' AND status = 200"),
 	'the other endpoint routed it');
 is(scalar(grep { n_of($_->{body}) == 5000 } drain('q_orders')), 1, 'and its queue has it');
+
+# No such exchange: the broker closes the channel (404), a dead letter
+# with its reason; the endpoint's next message gets a new connection.
+sql("SELECT outbox.create_endpoint('r_nowhere', 'amqp://127.0.0.1:$port/?exchange=nowhere', '{order.lost}')");
+my $no_exchange = sql(q{SELECT outbox.emit('order.lost', '{"n": 6000}')});
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM outbox.dead_letters WHERE event_id = '$no_exchange' AND endpoint = 'r_nowhere'
+		    AND last_error LIKE '%404 NOT_FOUND%nowhere%'"),
+	'a missing exchange is a dead letter with the broker\'s reason');
+my $no_exchange2 = sql(q{SELECT outbox.emit('order.lost', '{"n": 6001}')});
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM outbox.dead_letters WHERE event_id = '$no_exchange2' AND endpoint = 'r_nowhere'
+		    AND last_error LIKE '%404 NOT_FOUND%'"),
+	'and so is the next one, over a new connection');
+sql(q{SELECT outbox.drop_endpoint('r_nowhere')});
 
 # The broker stopped and started while events flow: nothing lost.
 my $flow = IPC::Run::start(['psql', '-X', '-q', '-d', $node->connstr('postgres'), '-c', q{

@@ -4,7 +4,8 @@
 # committed event arrives, keys keep their order on an ordered endpoint,
 # rolled-back events never arrive, the message carries the event's id,
 # type and key; an unroutable message, and one for a missing exchange, is
-# a dead letter with the broker's reason; the broker stopped and started while events flow loses nothing;
+# a dead letter with the broker's reason; a login that hangs holds up only
+# its own endpoint; the broker stopped and started while events flow loses nothing;
 # crash rounds (relay killed, server stopped -m immediate) lose nothing
 # and duplicate only in the crash window; the address policy holds.
 use strict;
@@ -204,18 +205,44 @@ is(scalar(grep { n_of($_->{body}) == 5000 } drain('q_orders')), 1, 'and its queu
 
 # No such exchange: the broker closes the channel (404), a dead letter
 # with its reason; the endpoint's next message gets a new connection.
-sql("SELECT outbox.create_endpoint('r_nowhere', 'amqp://127.0.0.1:$port/?exchange=nowhere', '{order.lost}')");
-my $no_exchange = sql(q{SELECT outbox.emit('order.lost', '{"n": 6000}')});
+sql("SELECT outbox.create_endpoint('r_nowhere', 'amqp://127.0.0.1:$port/?exchange=nowhere', '{lost.test}')");
+my $no_exchange = sql(q{SELECT outbox.emit('lost.test', '{"n": 6000}')});
 ok($node->poll_query_until('postgres',
 		"SELECT count(*) = 1 FROM outbox.dead_letters WHERE event_id = '$no_exchange' AND endpoint = 'r_nowhere'
 		    AND last_error LIKE '%404 NOT_FOUND%nowhere%'"),
 	'a missing exchange is a dead letter with the broker\'s reason');
-my $no_exchange2 = sql(q{SELECT outbox.emit('order.lost', '{"n": 6001}')});
+my $no_exchange2 = sql(q{SELECT outbox.emit('lost.test', '{"n": 6001}')});
 ok($node->poll_query_until('postgres',
 		"SELECT count(*) = 1 FROM outbox.dead_letters WHERE event_id = '$no_exchange2' AND endpoint = 'r_nowhere'
 		    AND last_error LIKE '%404 NOT_FOUND%'"),
 	'and so is the next one, over a new connection');
 sql(q{SELECT outbox.drop_endpoint('r_nowhere')});
+
+# A server that accepts the connection and never speaks: the login waits
+# out the endpoint's timeout in the publisher's thread, and meanwhile the
+# relay goes on delivering to the other endpoints (the silent one's part of
+# the stream's page is left behind as a laggard).
+my $silent = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0, Listen => 5, ReuseAddr => 1)
+  or die "cannot listen: $!";
+my $silent_port = $silent->sockport;
+sql("SELECT outbox.create_endpoint('r_silent', 'amqp://127.0.0.1:$silent_port/?exchange=orders', '{silent.test}',
+	timeout => '8 seconds')");
+my ($mute, $meanwhile) = split /\n/, sql(q{BEGIN;
+SELECT outbox.emit('silent.test', '{"n": 7000}');
+SELECT outbox.emit('order.created', '{"n": 7001}', 'key-2');
+COMMIT;});
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 2 FROM outbox.attempts WHERE event_id = '$meanwhile' AND status = 200"),
+	'while a login hangs, the relay delivers to the other endpoints');
+is(sql("SELECT count(*) FROM outbox.attempts WHERE event_id = '$mute'"), '0',
+	'before the hanging login gave up');
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM outbox.attempts WHERE event_id = '$mute' AND endpoint = 'r_silent'
+		    AND status IS NULL AND error LIKE '%logging in%' AND duration_ms BETWEEN 7000 AND 20000"),
+	'then the login timed out after the endpoint\'s timeout, and the attempt log says so');
+sql(q{SELECT outbox.drop_endpoint('r_silent')});
+close $silent;
+drain($_) for qw(q_orders q_created);
 
 # The broker stopped and started while events flow: nothing lost.
 my $flow = IPC::Run::start(['psql', '-X', '-q', '-d', $node->connstr('postgres'), '-c', q{

@@ -562,17 +562,12 @@ connect_broker(PublisherState *s, char *why, size_t why_len)
 			snprintf(why, why_len, "RabbitMQ: out of memory");
 			break;
 		}
-		errno = 0;
 		rc = amqp_socket_open_noblock(sock, numeric, p->parsed.port, &tv);
 		if (rc != AMQP_STATUS_OK)
 		{
-			char		errbuf[128];
-			int			err = errno;
-
-			snprintf(why, why_len, "RabbitMQ: could not connect to %s port %d: %s%s%s%s",
-					 numeric, p->parsed.port, amqp_error_string2(rc),
-					 err != 0 ? " (" : "", err != 0 ? strerror_r(err, errbuf, sizeof(errbuf)) : "",
-					 err != 0 ? ")" : "");
+			/* (librabbitmq keeps no errno worth reporting here) */
+			snprintf(why, why_len, "RabbitMQ: could not connect to %s port %d: %s",
+					 numeric, p->parsed.port, amqp_error_string2(rc));
 			amqp_destroy_connection(s->conn);
 			s->conn = NULL;
 			continue;

@@ -73,7 +73,8 @@ bad_url(const char *url, const char *detail)
  * outbox._check_url(text) returns text: the URL as libcurl normalizes it.
  * Only absolute http and https URLs with a host and without credentials
  * are accepted, and kafka:// and amqp:// URLs the Kafka and RabbitMQ
- * targets can use (kafka.c, rabbitmq.c), with the scheme in lower case.  All libcurl memory is freed before any error is raised.
+ * targets can use (kafka.c, rabbitmq.c), with the scheme in lower case.
+ * All libcurl memory is freed before any error is raised.
  */
 Datum
 outbox_check_url(PG_FUNCTION_ARGS)
@@ -209,10 +210,20 @@ static dlist_head in_flight = DLIST_STATIC_INIT(in_flight);
  */
 static WaitEventSet *wait_set = NULL;
 
-/* More sockets the wait watches for reading (http_wait_also): targets'. */
-#define HTTP_ALSO_MAX	4
-static pgsocket also_watched[HTTP_ALSO_MAX];
-static int	n_also = 0;
+/* Other targets' sockets the wait watches for reading (http_wait_also). */
+#define WAIT_ALSO_MAX	4
+static pgsocket also_watched[WAIT_ALSO_MAX];
+static int	n_also_watched = 0;
+
+/* Is fd one of those? */
+static bool
+is_also_watched(pgsocket fd)
+{
+	for (int i = 0; i < n_also_watched; i++)
+		if (also_watched[i] == fd)
+			return true;
+	return false;
+}
 
 static HttpPool *
 pool_by_generation(uint32 generation)
@@ -277,12 +288,12 @@ build_wait_set(void)
 	curl_epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (curl_epfd < 0)
 		elog(ERROR, "epoll_create1 failed: %m");
-	wait_set = CreateWaitEventSet(TopMemoryContext, 3 + HTTP_ALSO_MAX);
+	wait_set = CreateWaitEventSet(TopMemoryContext, 3 + n_also_watched);
 	AddWaitEventToSet(wait_set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
 	AddWaitEventToSet(wait_set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
 	AddWaitEventToSet(wait_set, WL_SOCKET_READABLE, curl_epfd, NULL, NULL);
-	for (int i = 0; i < n_also; i++)
-		AddWaitEventToSet(wait_set, WL_SOCKET_READABLE, also_watched[i], NULL, &also_watched);
+	for (int i = 0; i < n_also_watched; i++)
+		AddWaitEventToSet(wait_set, WL_SOCKET_READABLE, also_watched[i], NULL, NULL);
 }
 
 /* Hand libcurl the ready sockets of our epoll set, each to its pool. */
@@ -373,11 +384,11 @@ build_wait_set(void)
 		return;
 	if (wait_set != NULL)
 		FreeWaitEventSet(wait_set);
-	wait_set = CreateWaitEventSet(TopMemoryContext, n_watched + 2 + HTTP_ALSO_MAX);
+	wait_set = CreateWaitEventSet(TopMemoryContext, n_watched + 2 + n_also_watched);
 	AddWaitEventToSet(wait_set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
 	AddWaitEventToSet(wait_set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
-	for (int i = 0; i < n_also; i++)
-		AddWaitEventToSet(wait_set, WL_SOCKET_READABLE, also_watched[i], NULL, &also_watched);
+	for (int i = 0; i < n_also_watched; i++)
+		AddWaitEventToSet(wait_set, WL_SOCKET_READABLE, also_watched[i], NULL, NULL);
 	for (int i = 0; i < n_watched; i++)
 	{
 		uint32		events = 0;
@@ -1003,8 +1014,8 @@ http_wait(long timeout_ms)
 			latch = true;
 			continue;
 		}
-		if (events[i].user_data == &also_watched)
-			continue;			/* its owner looks after the wait */
+		if (is_also_watched(events[i].fd))
+			continue;			/* its target reads it (target_wait) */
 #ifdef HAVE_SYS_EPOLL_H
 		if (events[i].events & WL_SOCKET_READABLE)
 			act_on_sockets();
@@ -1028,18 +1039,18 @@ http_wait(long timeout_ms)
 }
 
 /*
- * Have http_wait() also wake when sock is readable: the wake-up of a
- * target whose client library runs threads of its own (target.h); one per
- * such target, HTTP_ALSO_MAX at most.  Called before the first wait; the
- * caller reads the socket.
+ * Have http_wait() also wake when sock is readable: another target's
+ * socket, or the pipe a client library's threads write to (target.h).
+ * Called before the first wait, at most WAIT_ALSO_MAX times; the caller
+ * reads the socket.
  */
 void
 http_wait_also(pgsocket sock)
 {
 	Assert(wait_set == NULL);
-	if (n_also >= HTTP_ALSO_MAX)
+	if (n_also_watched >= WAIT_ALSO_MAX)
 		elog(ERROR, "too many sockets for the relay's wait");
-	also_watched[n_also++] = sock;
+	also_watched[n_also_watched++] = sock;
 }
 
 /*

@@ -134,6 +134,7 @@ is(sql("SELECT count(*) FROM outbox.attempts WHERE event_id = '$id' AND endpoint
 like($first->[2], qr/type=order\.paid/, 'the type header');
 like($first->[2], qr/timestamp=\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z/, 'the timestamp header, RFC 3339');
 is($first->[0], 'key-0', 'the message key is the event key');
+like($first->[2], qr{content-type=application/json}, 'the format\'s content-type header');
 
 # Injected errors: not leader, request timed out: retried, delivered.
 mock('error 0 6 3');
@@ -187,6 +188,34 @@ my $first_seen_in_order = grep {
 	join(',', @u) eq join(',', sort { $a <=> $b } @u)
 } keys %by_key2;
 is($first_seen_in_order, 10, 'and each key kept its order (first copies)');
+
+# CloudEvents binary mode: the attributes as ce_* headers (the Kafka
+# binding of CloudEvents), the payload as the value.
+mock('topic ce 1');
+sql("SELECT outbox.create_endpoint('k_ce', 'kafka://$bootstrap/ce', '{audit.*}',
+	format => 'cloudevents-binary', timeout => '2 seconds')");
+my $ce_id = sql(q{SELECT outbox.emit('audit.logged', '{"who": "me"}', 'acct-1')});
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM outbox.attempts WHERE event_id = '$ce_id' AND endpoint = 'k_ce' AND status = 200"),
+	'cloudevents-binary endpoint: acknowledged');
+my @ce = consume('ce');
+is(scalar(@ce), 1, 'cloudevents-binary: one message');
+is($ce[0][1], '{"who": "me"}', 'cloudevents-binary: the value is the payload');
+like($ce[0][2], qr/(^|,)ce_specversion=1\.0(,|$)/, 'ce_specversion header');
+like($ce[0][2], qr/(^|,)ce_id=\Q$ce_id\E(,|$)/, 'ce_id is the event id');
+like($ce[0][2], qr/(^|,)ce_type=audit\.logged(,|$)/, 'ce_type is the event type');
+like($ce[0][2], qr/(^|,)ce_subject=acct-1(,|$)/, 'ce_subject is the key');
+like($ce[0][2], qr{(^|,)content-type=application/json(,|$)}, 'content-type of the payload');
+
+# A topic the cluster does not know, with automatic creation off: a dead
+# letter with the broker's reason.
+mock('topicerror missing 3');
+sql("SELECT outbox.create_endpoint('k_missing', 'kafka://$bootstrap/missing', '{gone.*}', timeout => '2 seconds')");
+my $gone = sql(q{SELECT outbox.emit('gone.away', '{}')});
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM outbox.dead_letters WHERE event_id = '$gone' AND endpoint = 'k_missing'
+		    AND last_error LIKE '%UNKNOWN_TOPIC%'"),
+	'unknown topic: a dead letter with the broker\'s reason');
 
 # The address policy holds for brokers: with 127.0.0.1 no longer allowed,
 # the producer made after the reload connects to none of them.

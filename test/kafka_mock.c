@@ -17,6 +17,9 @@
  *									error CODE (7 request timed out, 6 not
  *									leader, 10 message too large)
  *	clear APIKEY					forget the errors pushed for APIKEY
+ *	topicerror NAME CODE			metadata requests for topic NAME answer
+ *									with error CODE (3: unknown topic, as a
+ *									cluster with auto-creation off does)
  *	down BROKER | up BROKER			take a broker (1..N, -1: all) down or up
  *	rtt BROKER MS					delay a broker's answers
  *	quit							(or end of input) stop the cluster
@@ -74,6 +77,8 @@ main(int argc, char **argv)
 			for (int i = 0; i < c; i++)
 				rd_kafka_mock_push_request_errors(mc, (int16_t) a, 1, (rd_kafka_resp_err_t) b);
 		}
+		else if (sscanf(line, "topicerror %511s %d", name, &a) == 2)
+			rd_kafka_mock_topic_set_error(mc, name, (rd_kafka_resp_err_t) a);
 		else if (sscanf(line, "clear %d", &a) == 1)
 			rd_kafka_mock_clear_request_errors(mc, (int16_t) a);
 		else if (sscanf(line, "down %d", &a) == 1)

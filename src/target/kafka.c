@@ -10,7 +10,9 @@
  * The message's key is the event's key, so that a key stays in one
  * partition and keeps its order there; its value is the body in the
  * endpoint's format; its headers are webhook-id (the event id), type,
- * timestamp (the emit time, RFC 3339) and the event's own headers; its
+ * timestamp (the emit time, RFC 3339), the format's (content-type, and in
+ * CloudEvents binary mode the ce_* attributes, as the Kafka binding of
+ * CloudEvents names them) and the event's own headers; its
  * timestamp is the emit time.  Options: compression (none, gzip, snappy,
  * lz4, zstd) and linger_ms.  Credentials are never taken from the URL.
  *
@@ -61,6 +63,7 @@
 
 #include "address.h"
 #include "delivery.h"
+#include "format.h"
 #include "guc.h"
 #include "kafka.h"
 #include "target.h"
@@ -499,6 +502,7 @@ producer_new(const RelayEndpoint *ep, char *why, size_t why_len)
 	char		errstr[256];
 	char		timeout[32];
 	char		linger[32];
+	char		propagation[32];
 	sigset_t	all_signals;
 	sigset_t	old_signals;
 
@@ -519,11 +523,17 @@ producer_new(const RelayEndpoint *ep, char *why, size_t why_len)
 	conf = rd_kafka_conf_new();
 	snprintf(timeout, sizeof(timeout), "%ld", Max(ep->timeout_ms, 1));
 	snprintf(linger, sizeof(linger), "%d", p->parsed.linger_ms);
+	/*
+	 * A topic the cluster does not know (and will not create) fails the
+	 * message as unknown within the attempt's time, not as timed out.
+	 */
+	snprintf(propagation, sizeof(propagation), "%ld", Min(30000, Max(ep->timeout_ms / 2, 1)));
 	if (!set_conf(conf, "bootstrap.servers", p->parsed.servers, why, why_len) ||
 		!set_conf(conf, "client.id", "outbox", why, why_len) ||
 		!set_conf(conf, "enable.idempotence", "true", why, why_len) ||
 		!set_conf(conf, "acks", "all", why, why_len) ||
 		!set_conf(conf, "message.timeout.ms", timeout, why, why_len) ||
+		!set_conf(conf, "topic.metadata.propagation.max.ms", propagation, why, why_len) ||
 		(p->parsed.compression[0] &&
 		 !set_conf(conf, "compression.type", p->parsed.compression, why, why_len)) ||
 		(p->parsed.linger_ms >= 0 &&
@@ -660,6 +670,34 @@ emit_time(TimestampTz t, char *out, size_t len)
 	snprintf(out, len, "%s.%06dZ", date, usecs);
 }
 
+/*
+ * Add a "Name: value" line as a message header.  A format's lines follow
+ * the Kafka binding of CloudEvents: names in lower case, "ce-" attributes
+ * as "ce_" (so Content-Type becomes content-type).
+ */
+static void
+add_header_line(rd_kafka_headers_t *h, const char *line, bool format_line)
+{
+	size_t		name_len = strcspn(line, ":");
+	const char *value = line + name_len;
+	char		name[64];
+
+	if (*value == ':')
+		value++;
+	while (*value == ' ')
+		value++;
+	if (!format_line || name_len >= sizeof(name))
+	{
+		rd_kafka_header_add(h, line, name_len, value, -1);
+		return;
+	}
+	for (size_t i = 0; i < name_len; i++)
+		name[i] = pg_tolower((unsigned char) line[i]);
+	if (name_len > 3 && strncmp(name, "ce-", 3) == 0)
+		name[2] = '_';
+	rd_kafka_header_add(h, name, name_len, value, -1);
+}
+
 /* Make room in done for every message in flight and one more. */
 static void
 done_make_room(void)
@@ -693,6 +731,9 @@ kafka_submit(Delivery *d, int relay_in_flight)
 	Producer   *p;
 	size_t		key_len = d->key != NULL ? strlen(d->key) : 0;
 	int64		timestamp_ms;
+	EventParts	parts = {0};
+	char	   *format_lines[OUTBOX_FORMAT_MAX_HEADERS];
+	int			n_format;
 
 	done_make_room();
 	m->d = d;
@@ -716,22 +757,24 @@ kafka_submit(Delivery *d, int relay_in_flight)
 	timestamp_ms = d->emitted_at / 1000 +
 		(int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY * 1000;
 
-	h = rd_kafka_headers_new(3 + d->n_event_headers);
+	parts.event_id = &d->event_id;
+	parts.type = d->type;
+	parts.emitted_at = d->emitted_at;
+	parts.key = d->key;
+	n_format = outbox_format_headers(ep->format, &parts, format_lines);
+
+	h = rd_kafka_headers_new(3 + n_format + d->n_event_headers);
 	rd_kafka_header_add(h, "webhook-id", -1, d->event_id_str, -1);
 	rd_kafka_header_add(h, "type", -1, d->type, -1);
 	rd_kafka_header_add(h, "timestamp", -1, when, -1);
+	for (int i = 0; i < n_format; i++)
+		add_header_line(h, format_lines[i], true);
+	for (int i = 1; i < n_format; i++)
+		pfree(format_lines[i]);	/* (the first, Content-Type, is static) */
+	/* The format's wins over an event's header of the same name. */
 	for (int i = 0; i < d->n_event_headers; i++)
-	{
-		const char *line = d->event_headers[i];
-		size_t		name_len = strcspn(line, ":");
-		const char *value = line + name_len;
-
-		if (*value == ':')
-			value++;
-		while (*value == ' ')
-			value++;
-		rd_kafka_header_add(h, line, name_len, value, -1);
-	}
+		if (!outbox_format_sets_header(ep->format, d->event_headers[i]))
+			add_header_line(h, d->event_headers[i], false);
 
 	err = rd_kafka_producev(p->rk,
 							RD_KAFKA_V_TOPIC(topic),

@@ -3,7 +3,7 @@
 # consumed with the npm amqplib client (t/node/amqp_client.js): every
 # committed event arrives, keys keep their order on an ordered endpoint,
 # rolled-back events never arrive, the message carries the event's id,
-# type and key; an unroutable message, and one for a missing exchange, is
+# type and key (and CloudEvents attributes in binary mode); an unroutable message, and one for a missing exchange, is
 # a dead letter with the broker's reason; a login that hangs holds up only
 # its own endpoint; the broker stopped and started while events flow loses nothing;
 # crash rounds (relay killed, server stopped -m immediate) lose nothing
@@ -115,7 +115,8 @@ sub n_of { my ($v) = @_; return $v =~ /"n":\s*(\d+)/ ? $1 : -1 }
 start_broker();
 ok(broker_up(), "a broker listens on 127.0.0.1:$port");
 client('setup', 'orders:topic', 'events:direct',
-	'q_orders=orders:#', 'q_created=events:ev.order.created', 'q_paid=events:ev.order.paid');
+	'q_orders=orders:#', 'q_created=events:ev.order.created', 'q_paid=events:ev.order.paid',
+	'q_ce_bin=events:ce.bin', 'q_ce_struct=events:ce.struct');
 
 my $node = outbox_node('rabbitmq', conf => q{
 outbox.retry_schedule = '500ms'
@@ -191,6 +192,27 @@ like($first->{headers}{timestamp}, qr/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$/,
 is($first->{routing_key}, 'o.order.paid', 'the routing key template');
 like(sql(q{SELECT response FROM outbox.attempts WHERE endpoint = 'r_orders' AND status = 200 LIMIT 1}),
 	qr/^confirmed, delivery tag \d+$/, 'the attempt log shows the confirm');
+
+# CloudEvents binary mode: the attributes as cloudEvents_* headers (the
+# CloudEvents AMQP binding's names), the data alone as the body; the
+# structured mode's content type.
+sql("SELECT outbox.create_endpoint('r_ce', 'amqp://127.0.0.1:$port/?exchange=events&routing_key=ce.bin',
+	'{ce.test}', format => 'cloudevents-binary');
+     SELECT outbox.create_endpoint('r_ces', 'amqp://127.0.0.1:$port/?exchange=events&routing_key=ce.struct',
+	'{ce.test}', format => 'cloudevents')");
+my $ce = sql(q{SELECT outbox.emit('ce.test', '{"n": 5500}', 'key-ce')});
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 2 FROM outbox.attempts WHERE event_id = '$ce' AND status = 200"),
+	'CloudEvents endpoints: confirmed');
+my ($bin) = drain('q_ce_bin');
+my ($struct) = drain('q_ce_struct');
+is_deeply([ @{ $bin->{headers} }{qw(cloudEvents_specversion cloudEvents_id cloudEvents_type cloudEvents_subject)} ],
+	[ '1.0', $ce, 'ce.test', 'key-ce' ], 'binary mode: the attributes as cloudEvents_* headers');
+like($bin->{body}, qr/^\{"n": ?5500\}$/, 'binary mode: the data alone as the body');
+is($bin->{content_type}, 'application/json', 'binary mode: the data\'s content type');
+is($struct->{content_type}, 'application/cloudevents+json', 'structured mode: its content type');
+like($struct->{body}, qr/"specversion": ?"1\.0"/, 'structured mode: the event as the body');
+sql(q{SELECT outbox.drop_endpoint('r_ce'); SELECT outbox.drop_endpoint('r_ces')});
 
 # Unroutable: no queue is bound for ev.order.refunded.
 my $lost_one = sql(q{SELECT outbox.emit('order.refunded', '{"n": 5000}', 'key-1')});

@@ -72,6 +72,7 @@
 
 #include "address.h"
 #include "delivery.h"
+#include "format.h"
 #include "guc.h"
 #include "rabbitmq.h"
 #include "target.h"
@@ -1152,35 +1153,67 @@ header_set(amqp_table_entry_t *e, char *name, char *value)
 	e->value.value.bytes = amqp_cstring_bytes(value);
 }
 
+/* A "Name: value" line's value, after the colon and spaces. */
+static const char *
+line_value(const char *line, size_t name_len)
+{
+	const char *value = line + name_len;
+
+	if (*value == ':')
+		value++;
+	while (*value == ' ')
+		value++;
+	return value;
+}
+
 /*
  * The message of a delivery, malloc'd in one piece (the thread reads it
- * while the relay goes on), or NULL when out of memory.
+ * while the relay goes on), or NULL when out of memory.  The format's
+ * header lines give the content type and, in CloudEvents binary mode, the
+ * ce-* attributes, sent as cloudEvents_* headers (the CloudEvents AMQP
+ * binding's names); the event's headers follow, but those the format sets.
  */
 static AmqpMessage *
 message_new(Delivery *d, Publisher *p)
 {
+	RelayEndpoint *ep = d->batch->ep;
 	char		key[AMQP_NAME_MAX + 1];
 	char		when[64];
 	size_t		key_len = routing_key_of(p, d->type, key);
 	size_t		body_len = strlen(d->body);
 	size_t		type_len = strlen(d->type);
 	size_t		ekey_len = d->key != NULL ? strlen(d->key) : 0;
-	int			n_headers = 2 + (d->key != NULL) + d->n_event_headers;
+	EventParts	parts = {0};
+	char	   *format_lines[OUTBOX_FORMAT_MAX_HEADERS];
+	int			n_format;
+	int			n_headers;
 	size_t		size;
 	AmqpMessage *m;
 	char	   *at;
 	int			h = 0;
 	int64		secs;
 
+	parts.event_id = &d->event_id;
+	parts.type = d->type;
+	parts.emitted_at = d->emitted_at;
+	parts.key = d->key;
+	n_format = outbox_format_headers(ep->format, &parts, format_lines);
+	n_headers = 2 + (d->key != NULL) + n_format + d->n_event_headers;
 	emit_time(d->emitted_at, &secs, when, sizeof(when));
 	size = MAXALIGN(sizeof(AmqpMessage)) + MAXALIGN(sizeof(amqp_table_entry_t) * n_headers) +
 		key_len + 1 + body_len + 1 + strlen(d->event_id_str) + 1 + type_len + 1 +
 		ekey_len + 1 + strlen(when) + 1 + sizeof("type") + sizeof("key") + sizeof("timestamp");
+	for (int i = 0; i < n_format; i++)
+		size += strlen(format_lines[i]) + sizeof("cloudEvents_") + 2;
 	for (int i = 0; i < d->n_event_headers; i++)
 		size += strlen(d->event_headers[i]) + 2;
 	m = malloc(size);
 	if (m == NULL)
+	{
+		for (int i = 1; i < n_format; i++)
+			pfree(format_lines[i]);
 		return NULL;
+	}
 	memset(m, 0, sizeof(AmqpMessage));
 	m->headers = (amqp_table_entry_t *) ((char *) m + MAXALIGN(sizeof(AmqpMessage)));
 	at = (char *) m->headers + MAXALIGN(sizeof(amqp_table_entry_t) * n_headers);
@@ -1191,8 +1224,7 @@ message_new(Delivery *d, Publisher *p)
 	m->message_id = put(&at, d->event_id_str, strlen(d->event_id_str));
 	m->type = put(&at, d->type, type_len);
 	m->timestamp = secs;
-	m->content_type = d->batch->ep->format == OUTBOX_FORMAT_CLOUDEVENTS ?
-		"application/cloudevents+json" : "application/json";
+	m->content_type = "application/json";
 	header_set(&m->headers[h++], put(&at, "type", 4), m->type);
 	header_set(&m->headers[h++], put(&at, "timestamp", 9), put(&at, when, strlen(when)));
 	if (d->key != NULL)
@@ -1201,19 +1233,38 @@ message_new(Delivery *d, Publisher *p)
 
 		header_set(&m->headers[h++], name, put(&at, d->key, ekey_len));
 	}
+	for (int i = 0; i < n_format; i++)
+	{
+		const char *line = format_lines[i];
+		size_t		name_len = strcspn(line, ":");
+		const char *value = line_value(line, name_len);
+
+		if (name_len == strlen("Content-Type") && pg_strncasecmp(line, "Content-Type", name_len) == 0)
+			m->content_type = put(&at, value, strlen(value));
+		else if (name_len > 3 && pg_strncasecmp(line, "ce-", 3) == 0)
+		{
+			char	   *name = at;
+
+			memcpy(at, "cloudEvents_", 12);
+			memcpy(at + 12, line + 3, name_len - 3);
+			at[12 + name_len - 3] = '\0';
+			at += 12 + name_len - 3 + 1;
+			header_set(&m->headers[h++], name, put(&at, value, strlen(value)));
+		}
+		else
+			header_set(&m->headers[h++], put(&at, line, name_len), put(&at, value, strlen(value)));
+	}
+	for (int i = 1; i < n_format; i++)
+		pfree(format_lines[i]);	/* (the first, Content-Type, is static) */
 	for (int i = 0; i < d->n_event_headers; i++)
 	{
 		const char *line = d->event_headers[i];
 		size_t		name_len = strcspn(line, ":");
-		const char *value = line + name_len;
-		char	   *name;
 
-		if (*value == ':')
-			value++;
-		while (*value == ' ')
-			value++;
-		name = put(&at, line, name_len);
-		header_set(&m->headers[h++], name, put(&at, value, strlen(value)));
+		if (outbox_format_sets_header(ep->format, line))
+			continue;
+		header_set(&m->headers[h++], put(&at, line, name_len),
+				   put(&at, line_value(line, name_len), strlen(line_value(line, name_len))));
 	}
 	m->n_headers = h;
 	return m;

@@ -17,7 +17,8 @@
  * set; its message_id is the event id, its type the event type, its
  * timestamp the emit time, its content type that of the body in the
  * endpoint's format, and its headers carry type, key (when the event has
- * one), timestamp (RFC 3339) and the event's own headers.  The channel is
+ * one), timestamp (RFC 3339), in CloudEvents binary mode the attributes
+ * as cloudEvents_* and the event's own headers.  The channel is
  * in confirm mode: a basic.ack is the outcome (recorded as status 200,
  * with the delivery tag as the response, as the Kafka target does); a
  * message the broker could not route comes back first (basic.return) and

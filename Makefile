@@ -9,7 +9,7 @@ MODULE_big = outbox
 #                 what they deliver (delivery.h), the SQL they run (store.c)
 # src/target/     where deliveries go and what they look like: HTTP through
 #                 libcurl, Kafka through librdkafka, NATS JetStream through
-#                 libnats, the address policy,
+#                 libnats, RabbitMQ through librabbitmq, the address policy,
 #                 signatures, formats
 OBJS = \
 	src/outbox.o \
@@ -28,6 +28,7 @@ OBJS = \
 	src/target/webhook.o \
 	src/target/kafka.o \
 	src/target/nats.o \
+	src/target/rabbitmq.o \
 	src/relay/policy.o \
 	src/relay/delivery.o \
 	src/relay/priority.o \
@@ -53,7 +54,7 @@ PG_CPPFLAGS = $(addprefix -I$(srcdir)/,$(SRC_DIRS)) -DOUTBOX_VERSION='"$(OUTBOX_
 # No -Werror here: a newer compiler's new warning must not break a user's
 # build.  scripts/test.sh (CI) adds it with COPT=-Werror.
 PG_CFLAGS = -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers
-SHLIB_LINK = $(shell $(CURL_CONFIG) --libs) -lrdkafka -lnats
+SHLIB_LINK = $(shell $(CURL_CONFIG) --libs) -lrdkafka -lnats -lrabbitmq
 
 # pg_regress and pg_isolation_regress each start a private instance with the
 # library preloaded, so the suite never touches a running server.

@@ -17,8 +17,9 @@
 # Cases 1 to 7 (issue 5) run with the relay settings below; cases 8 to 13
 # (issue 11: many endpoints, slow and dead receivers, HTTPS) run after them
 # with every relay setting at the server's default.  Case 14 (Kafka,
-# bench/kafka.sh: KAFKA_EVENTS, KAFKA_ROUNDS) and case 15 (NATS JetStream,
-# bench/nats.sh: NATS_EVENTS, NATS_ROUNDS) run only when named.
+# bench/kafka.sh: KAFKA_EVENTS, KAFKA_ROUNDS), case 15 (NATS JetStream,
+# bench/nats.sh: NATS_EVENTS, NATS_ROUNDS) and case 16 (RabbitMQ,
+# bench/rabbitmq.sh: AMQP_EVENTS, AMQP_ROUNDS) run only when named.
 # BENCH_CASES="8 9" runs only the cases named ("perf" is the profile pass); such a run writes
 # bench/RESULTS.partial.md instead of RESULTS.md and draws no plots.  With
 # today's relay a whole run takes about 18 minutes on 2 cores, cases 8 to
@@ -133,7 +134,8 @@ install_packages()
 	local pkg missing=()
 
 	for pkg in build-essential postgresql-15 postgresql-server-dev-15 libcurl4-openssl-dev \
-		nginx wrk postgresql-15-pgq3 gnuplot-nox python3 python3-psycopg2 openssl librdkafka-dev kcat libnats-dev nats-server; do
+		nginx wrk postgresql-15-pgq3 gnuplot-nox python3 python3-psycopg2 openssl librdkafka-dev kcat \
+		libnats-dev nats-server librabbitmq-dev rabbitmq-server; do
 		[ "$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null)" = "install ok installed" ] ||
 			missing+=("$pkg")
 	done
@@ -1072,6 +1074,14 @@ case_nats()
 	RESULTS=$RESULTS PY=$PY PATH=$PGBIN:$PATH bash "$BENCH/nats.sh"
 }
 
+# Case 16 (issue 16): publishing to RabbitMQ, outbox against a plain
+# librabbitmq publisher with confirms, on a broker the case starts
+# (bench/rabbitmq.sh).  Not in the default list: BENCH_CASES=16 runs it.
+case_rabbitmq()
+{
+	RESULTS=$RESULTS PY=$PY PATH=$PGBIN:$PATH bash "$BENCH/rabbitmq.sh"
+}
+
 # ---------------------------------------------------------------------------
 
 # run_case NAME FUNCTION: FUNCTION, if BENCH_CASES names NAME; its wall
@@ -1126,6 +1136,7 @@ main()
 	run_case 14 case_kafka
 	run_case rate case_rate_limit
 	run_case 15 case_nats
+	run_case 16 case_rabbitmq
 
 	result env.seconds "$(($(date +%s) - T0))"
 	result env.cases "${BENCH_CASES// /,}"

@@ -13,6 +13,8 @@ PACKAGES=(
 	kcat                    # TAP tests: consumes from the mock Kafka cluster
 	libnats-dev             # the NATS JetStream target
 	nats-server             # TAP tests: a JetStream cluster on 127.0.0.1
+	librabbitmq-dev         # the RabbitMQ target
+	rabbitmq-server         # TAP tests: a broker each test starts itself
 	libipc-run-perl perl    # TAP tests: IPC::Run and prove
 	python3                 # scripts/receiver.py
 	openssl
@@ -56,7 +58,22 @@ if [ "$(id -u)" -eq 0 ] && command -v systemctl >/dev/null &&
 	fi
 fi
 
-# The npm packages of t/node (the CloudEvents SDK, the NATS client), exactly as
+# The Debian package of rabbitmq-server starts a broker on install (where
+# the init system lets it) and at boot: the tests start their own, on
+# ports of their own, and rely on no other; stop and disable this one.
+if [ "$(id -u)" -eq 0 ] && dpkg-query -W -f='${Status}' rabbitmq-server 2>/dev/null | grep -q 'install ok installed'; then
+	if command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
+		systemctl disable --now rabbitmq-server >/dev/null 2>&1 || true
+	else
+		# (the init script's stop starts an epmd even when no broker runs)
+		if pgrep -u rabbitmq -x beam.smp >/dev/null 2>&1; then
+			service rabbitmq-server stop >/dev/null 2>&1 || true
+		fi
+		update-rc.d rabbitmq-server disable >/dev/null 2>&1 || true
+	fi
+fi
+
+# The npm packages of t/node (the CloudEvents SDK, the NATS and AMQP clients), exactly as
 # t/node/package-lock.json pins them, into t/node/node_modules.  Done again
 # only when the lock file changed since the last install (a copy of it is
 # kept in node_modules), so a second run needs no network.

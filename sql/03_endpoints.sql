@@ -194,6 +194,45 @@ SELECT try(format('SELECT outbox.create_endpoint(%L, %L)', 'ep-nats-255',
                   'nats://n1:4222/' || repeat('s', 255))) AS subject_255;
 SELECT count(outbox.drop_endpoint('ep-nats-255')) AS dropped;
 SELECT count(*) AS badnats_written FROM outbox.endpoints WHERE name = 'ep-badnats';
+-- RabbitMQ URLs (the RabbitMQ target): host and port, a percent-encoded
+-- virtual host ("/" when left out), exchange= (required, empty for the
+-- default exchange) and routing_key= (may contain {event_type}); the
+-- scheme is kept in lower case.  Neither credentials, TLS (amqps) nor
+-- other options are accepted.
+SELECT u AS url, try(format('SELECT outbox.create_endpoint(%L, %L)', 'ep-amqp-' || n, u)) AS result
+  FROM unnest(ARRAY[
+         'amqp://rabbit:5672/%2F?exchange=orders&routing_key=orders.{event_type}',
+         'AMQP://rabbit?exchange=',
+         'amqp://[::1]:5673/shop?routing_key=a%23b&exchange=amq.topic',
+         'amqp://10.0.0.5/?exchange=orders'
+       ]) WITH ORDINALITY AS v(u, n);
+SELECT name, url FROM outbox.endpoints WHERE name LIKE 'ep-amqp-%' ORDER BY name COLLATE "C";
+SELECT count(outbox.drop_endpoint(name)) AS dropped FROM outbox.endpoints WHERE name LIKE 'ep-amqp-%';
+SELECT u AS url, try(format('SELECT outbox.create_endpoint(%L, %L)', 'ep-badamqp', u)) AS result
+  FROM unnest(ARRAY[
+         'amqp://',
+         'amqp://rabbit:5672/',
+         'amqp://rabbit:5672/%2F',
+         'amqp://:5672/?exchange=x',
+         'amqp://rabbit:0/?exchange=x',
+         'amqp://rabbit:65536/?exchange=x',
+         'amqp://guest:guest@rabbit/?exchange=x',
+         'amqps://rabbit/?exchange=x',
+         'amqp://rabbit/a/b?exchange=x',
+         'amqp://rabbit/%2?exchange=x',
+         'amqp://rabbit/?exchange=or ders',
+         'amqp://rabbit/?exchange=a/b',
+         'amqp://rabbit/?exchange=x&exchange=y',
+         'amqp://rabbit/?exchange=x&routing_key=',
+         'amqp://rabbit/?exchange=x&mandatory=0',
+         'amqp://rabbit/?exchange=x#f'
+       ]) AS u;
+SELECT try(format('SELECT outbox.create_endpoint(%L, %L)', 'ep-badamqp',
+                  'amqp://rabbit/?exchange=' || repeat('e', 256))) LIKE '22023: invalid endpoint URL %' AS exchange_256_refused;
+SELECT try(format('SELECT outbox.create_endpoint(%L, %L)', 'ep-amqp-255',
+                  'amqp://rabbit/?exchange=' || repeat('e', 255))) AS exchange_255;
+SELECT count(outbox.drop_endpoint('ep-amqp-255')) AS dropped;
+SELECT count(*) AS badamqp_written FROM outbox.endpoints WHERE name = 'ep-badamqp';
 
 -- Headers: the same rules as emit()'s.
 SELECT h AS headers, try(format('SELECT outbox.create_endpoint(%L, %L, headers => %L)',

@@ -32,6 +32,7 @@
 #include "http.h"
 #include "kafka.h"
 #include "nats.h"
+#include "rabbitmq.h"
 
 PG_FUNCTION_INFO_V1(outbox_check_url);
 
@@ -71,9 +72,9 @@ bad_url(const char *url, const char *what, const char *detail)
 
 /*
  * outbox._check_url(text) returns text: the endpoint URL normalized.  A
- * kafka:// or nats:// URL is one the Kafka or NATS target can use
- * (kafka.c, nats.c), its scheme in lower case; any other is a webhook's, as
- * http_check_url() takes it.
+ * kafka://, nats:// or amqp:// URL is one the Kafka, NATS or RabbitMQ
+ * target can use (kafka.c, nats.c, rabbitmq.c), its scheme in lower case;
+ * any other is a webhook's, as http_check_url() takes it.
  */
 Datum
 outbox_check_url(PG_FUNCTION_ARGS)
@@ -99,6 +100,16 @@ outbox_check_url(PG_FUNCTION_ARGS)
 		if (!nats_parse_url(url, &parsed, &problem))
 			bad_url(url, "endpoint URL", problem);
 		PG_RETURN_TEXT_P(cstring_to_text(psprintf("nats://%s", url + 7)));
+	}
+	/* And the RabbitMQ target its own (rabbitmq.c). */
+	if (pg_strncasecmp(url, "amqp://", 7) == 0 || pg_strncasecmp(url, "amqps://", 8) == 0)
+	{
+		RabbitUrl	parsed;
+		const char *problem = NULL;
+
+		if (!rabbitmq_parse_url(url, &parsed, &problem))
+			bad_url(url, "endpoint URL", problem);
+		PG_RETURN_TEXT_P(cstring_to_text(psprintf("amqp://%s", url + 7)));
 	}
 	PG_RETURN_TEXT_P(cstring_to_text(http_check_url(url, "endpoint URL")));
 }
@@ -151,7 +162,7 @@ http_check_url(const char *url, const char *what)
 	}
 	else if (curl_url_get(h, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
 			 (strcmp(scheme, "http") != 0 && strcmp(scheme, "https") != 0))
-		problem = "Only http, https, kafka and nats URLs are accepted.";
+		problem = "Only http, https, kafka, nats and amqp URLs are accepted.";
 	else if (curl_url_get(h, CURLUPART_HOST, &host, 0) != CURLUE_OK || host[0] == '\0')
 		problem = "The URL has no host.";
 	else if (curl_url_get(h, CURLUPART_PORT, &port, 0) == CURLUE_OK && strcmp(port, "0") == 0)

@@ -6,7 +6,8 @@
  *
  * The relay sleeps in one wait: http_wait() sleeps on the latch and on
  * libcurl's sockets, and on the pipes the Kafka target's queues and the
- * NATS target's acknowledgements write to (http_wait_also); after it, every target reads what arrived.  Runs
+ * NATS target's acknowledgements and the RabbitMQ target's publisher
+ * threads write to (http_wait_also); after it, every target reads what arrived.  Runs
  * in the relay, with no transaction open.
  *
  *-------------------------------------------------------------------------
@@ -18,12 +19,14 @@
 #include "http.h"
 #include "kafka.h"
 #include "nats.h"
+#include "rabbitmq.h"
 #include "target.h"
 
 static const TargetOps *const targets[TARGET_KINDS] = {
 	[TARGET_WEBHOOK] = &outbox_webhook_target,
 	[TARGET_KAFKA] = &outbox_kafka_target,
 	[TARGET_NATS] = &outbox_nats_target,
+	[TARGET_RABBITMQ] = &outbox_rabbitmq_target,
 };
 
 /* The target of an endpoint URL (_check_url accepted it). */
@@ -34,6 +37,8 @@ target_of_url(const char *url)
 		return TARGET_KAFKA;
 	if (pg_strncasecmp(url, "nats://", 7) == 0)
 		return TARGET_NATS;
+	if (pg_strncasecmp(url, "amqp://", 7) == 0)
+		return TARGET_RABBITMQ;
 	return TARGET_WEBHOOK;
 }
 
@@ -55,6 +60,7 @@ target_start(void)
 	http_start(outbox_max_concurrency);
 	kafka_start();
 	nats_start();
+	rabbitmq_start();
 }
 
 /* After a configuration reload. */
@@ -64,6 +70,7 @@ target_configure(void)
 	http_configure(outbox_max_concurrency);
 	kafka_configure();
 	nats_configure();
+	rabbitmq_configure();
 }
 
 /* Hand a delivery to its target; its result comes from target_next_done. */

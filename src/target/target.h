@@ -12,7 +12,8 @@
  * relay's single wait what to wake on.  The endpoint's URL scheme chooses
  * the target (target_of_url): http and https go to the webhook target
  * (webhook.c, over http.c), kafka to the Kafka target (kafka.c), nats to
- * the NATS JetStream target (nats.c).
+ * the NATS JetStream target (nats.c), amqp to the RabbitMQ target
+ * (rabbitmq.c).
  *
  * Everything here runs in the relay's process and thread.  A target whose
  * client library runs threads of its own (librdkafka, libnats) keeps them away from
@@ -34,6 +35,7 @@ typedef enum TargetKind
 	TARGET_WEBHOOK,				/* http://, https:// */
 	TARGET_KAFKA,				/* kafka:// */
 	TARGET_NATS,				/* nats:// (JetStream) */
+	TARGET_RABBITMQ,			/* amqp:// */
 	TARGET_KINDS
 } TargetKind;
 
@@ -93,9 +95,10 @@ extern struct Delivery *target_next_done(void);
 extern bool target_wait(long timeout_ms);
 extern void target_abandon_all(void);
 
-/* The targets (webhook.c, kafka.c, nats.c). */
+/* The targets (webhook.c, kafka.c, nats.c, rabbitmq.c). */
 extern const TargetOps outbox_webhook_target;
 extern const TargetOps outbox_kafka_target;
 extern const TargetOps outbox_nats_target;
+extern const TargetOps outbox_rabbitmq_target;
 
 #endif							/* OUTBOX_TARGET_H */

@@ -356,6 +356,25 @@ LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'outbox_check_auth';
 COMMENT ON FUNCTION outbox._check_auth(jsonb) IS
     'internal: validate an endpoint''s client authentication';
 
+-- Client authentication is applied by the webhook target alone: an
+-- endpoint of a broker (Kafka, NATS, RabbitMQ) with auth is refused rather
+-- than sent without it.
+CREATE FUNCTION outbox._check_auth_target(auth jsonb, url text) RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF auth IS NOT NULL AND url !~* '^https?://' THEN
+        RAISE EXCEPTION 'client authentication is not supported for endpoint URL "%"',
+                        split_part(url, '://', 1) || '://...'
+            USING ERRCODE = '0A000',
+                  DETAIL = 'auth is applied to http and https endpoints only; the Kafka, NATS and RabbitMQ targets do not read it.';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION outbox._check_auth_target(jsonb, text) IS
+    'internal: refuse client authentication on an endpoint whose target does not apply it';
+
 -- An endpoint whose auth sends an Authorization header (bearer, oauth2)
 -- may not have one among its own headers.
 CREATE FUNCTION outbox._check_auth_headers(auth jsonb, headers jsonb) RETURNS void
@@ -364,8 +383,9 @@ COMMENT ON FUNCTION outbox._check_auth_headers(jsonb, jsonb) IS
     'internal: refuse an Authorization header beside client authentication that sets it';
 
 -- emit takes expires_at and priority last, create_endpoint and
--- alter_endpoint max_age and auth.  Their signatures change, so they are dropped and
--- created again (_grants_back gives their grants to the new ones).
+-- alter_endpoint max_age, auth and rate_limit (made again below, with the
+-- rate limits).  Their signatures change, so they are dropped and created
+-- again (_grants_back gives their grants to the new ones).
 DROP FUNCTION outbox.emit(text, jsonb, text, jsonb, timestamptz, text);
 DROP FUNCTION outbox.create_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text);
 DROP FUNCTION outbox.alter_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text);
@@ -406,156 +426,6 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION outbox._check_max_age(interval) IS 'internal: validate an endpoint''s max_age';
-
-CREATE FUNCTION outbox.create_endpoint(
-    name          text,
-    url           text,
-    event_types   text[]   DEFAULT '{*}',
-    secret        text     DEFAULT NULL,
-    headers       jsonb    DEFAULT '{}',
-    ordered       boolean  DEFAULT false,
-    timeout       interval DEFAULT '30 seconds',
-    max_attempts  integer  DEFAULT 8,
-    max_in_flight integer  DEFAULT NULL,
-    format        text     DEFAULT 'standard-webhooks',
-    max_age       interval DEFAULT NULL,
-    auth          jsonb    DEFAULT NULL)
-RETURNS text
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    eid       integer;
-    the_url   text;
-    types     text[];
-    hdrs      jsonb;
-    the_secret text;
-    fmt       text;
-    the_auth  jsonb;
-BEGIN
-    IF name IS NULL THEN
-        RAISE EXCEPTION 'endpoint name must not be NULL' USING ERRCODE = '22004';
-    END IF;
-    IF name !~ '^[A-Za-z0-9_.:-]{1,63}$' THEN
-        RAISE EXCEPTION 'invalid endpoint name: %', quote_literal(name)
-            USING ERRCODE = '22023',
-                  DETAIL = 'An endpoint name is 1 to 63 characters of letters, digits, "_", ".", ":" and "-".';
-    END IF;
-    IF url IS NULL THEN
-        RAISE EXCEPTION 'endpoint url must not be NULL' USING ERRCODE = '22004';
-    END IF;
-    IF ordered IS NULL OR timeout IS NULL OR max_attempts IS NULL OR format IS NULL THEN
-        RAISE EXCEPTION 'ordered, timeout, max_attempts and format must not be NULL' USING ERRCODE = '22004';
-    END IF;
-    the_url := outbox._check_url(url);
-    types := outbox._check_event_types(event_types);
-    hdrs := outbox._check_headers(coalesce(headers, '{}'));
-    PERFORM outbox._check_endpoint_settings(timeout, max_attempts);
-    PERFORM outbox._check_max_in_flight(max_in_flight);
-    PERFORM outbox._check_max_age(max_age);
-    fmt := outbox._check_format(format, hdrs);
-    the_auth := outbox._check_auth(create_endpoint.auth);
-    PERFORM outbox._check_auth_headers(the_auth, hdrs);
-    the_secret := CASE WHEN secret IS NULL THEN outbox._new_secret()
-                       ELSE outbox._check_secret(secret) END;
-
-    IF EXISTS (SELECT 1 FROM outbox.endpoints e WHERE e.name = create_endpoint.name) THEN
-        RAISE EXCEPTION 'endpoint "%" already exists', name USING ERRCODE = '42710';
-    END IF;
-
-    INSERT INTO outbox.endpoints (name, url, event_types, headers, ordered, timeout, max_attempts,
-                                  max_in_flight, format, max_age)
-    VALUES (name, the_url, types, hdrs, ordered, timeout, max_attempts, max_in_flight, fmt, max_age)
-    RETURNING id INTO eid;
-    INSERT INTO outbox.endpoint_secrets (endpoint_id, secret, auth) VALUES (eid, the_secret, the_auth);
-    INSERT INTO outbox.endpoint_health (endpoint_id) VALUES (eid);
-    INSERT INTO outbox.positions (endpoint_id, snap) VALUES (eid, outbox._start_snapshot());
-    PERFORM outbox._wake_at_commit();
-    RETURN the_secret;
-EXCEPTION
-    WHEN unique_violation THEN
-        RAISE EXCEPTION 'endpoint "%" already exists', name USING ERRCODE = '42710';
-END
-$$;
-COMMENT ON FUNCTION outbox.create_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text, interval, jsonb) IS
-    'create a webhook endpoint that receives events emitted from now on; returns its signing secret';
-
--- max_in_flight 0 goes back to following outbox.endpoint_concurrency, and
--- max_age '0' to no limit; NULL leaves either as it is, as for every other
--- argument.  The headers and the format an endpoint ends up with are
--- checked together: changing either one alone can make a pair the relay
--- would not send.
-CREATE FUNCTION outbox.alter_endpoint(
-    name          text,
-    url           text     DEFAULT NULL,
-    event_types   text[]   DEFAULT NULL,
-    secret        text     DEFAULT NULL,
-    headers       jsonb    DEFAULT NULL,
-    ordered       boolean  DEFAULT NULL,
-    timeout       interval DEFAULT NULL,
-    max_attempts  integer  DEFAULT NULL,
-    max_in_flight integer  DEFAULT NULL,
-    format        text     DEFAULT NULL,
-    max_age       interval DEFAULT NULL,
-    auth          jsonb    DEFAULT NULL)
-RETURNS void
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    eid integer := outbox._endpoint_id(name);
-    the_url text;
-    types   text[];
-    hdrs    jsonb;
-    the_secret text;
-    cur     outbox.endpoints;
-    the_auth jsonb;
-BEGIN
-    IF url IS NOT NULL THEN the_url := outbox._check_url(url); END IF;
-    IF event_types IS NOT NULL THEN types := outbox._check_event_types(event_types); END IF;
-    IF headers IS NOT NULL THEN hdrs := outbox._check_headers(headers); END IF;
-    IF secret IS NOT NULL THEN the_secret := outbox._check_secret(secret); END IF;
-    -- '{}' checks to NULL: the endpoint's auth is cleared
-    IF alter_endpoint.auth IS NOT NULL THEN the_auth := outbox._check_auth(alter_endpoint.auth); END IF;
-    PERFORM outbox._check_endpoint_settings(timeout, max_attempts);
-    PERFORM outbox._check_max_in_flight(nullif(max_in_flight, 0));
-    PERFORM outbox._check_max_age(nullif(max_age, interval '0'));
-    -- (locked: a concurrent change of the other half cannot slip between)
-    SELECT * INTO cur FROM outbox.endpoints e WHERE e.id = eid FOR UPDATE;
-    PERFORM outbox._check_format(coalesce(alter_endpoint.format, cur.format),
-                                 coalesce(hdrs, cur.headers));
-    PERFORM outbox._check_auth_headers(
-                CASE WHEN alter_endpoint.auth IS NOT NULL THEN the_auth
-                     ELSE (SELECT s.auth FROM outbox.endpoint_secrets s WHERE s.endpoint_id = eid) END,
-                coalesce(hdrs, cur.headers));
-
-    UPDATE outbox.endpoints e
-       SET url = coalesce(the_url, e.url),
-           event_types = coalesce(types, e.event_types),
-           headers = coalesce(hdrs, e.headers),
-           ordered = coalesce(alter_endpoint.ordered, e.ordered),
-           timeout = coalesce(alter_endpoint.timeout, e.timeout),
-           max_attempts = coalesce(alter_endpoint.max_attempts, e.max_attempts),
-           max_in_flight = CASE WHEN alter_endpoint.max_in_flight IS NULL THEN e.max_in_flight
-                                ELSE nullif(alter_endpoint.max_in_flight, 0) END,
-           format = coalesce(alter_endpoint.format, e.format),
-           max_age = CASE WHEN alter_endpoint.max_age IS NULL THEN e.max_age
-                          ELSE nullif(alter_endpoint.max_age, interval '0') END,
-           updated_at = now()
-     WHERE e.id = eid;
-    IF the_secret IS NOT NULL THEN
-        UPDATE outbox.endpoint_secrets
-           SET secret = the_secret, previous_secret = NULL, previous_expires_at = NULL
-         WHERE endpoint_id = eid;
-    END IF;
-    IF alter_endpoint.auth IS NOT NULL THEN
-        UPDATE outbox.endpoint_secrets s SET auth = the_auth WHERE s.endpoint_id = eid;
-    END IF;
-    PERFORM outbox._wake_at_commit();
-END
-$$;
-COMMENT ON FUNCTION outbox.alter_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text, interval, jsonb) IS
-    'change an endpoint; NULL leaves a setting as it is (auth => ''{}'' removes its client authentication)';
 
 -- retry_dead and replay queue retries with their event's priority.
 CREATE OR REPLACE FUNCTION outbox.retry_dead(endpoint text DEFAULT NULL) RETURNS bigint
@@ -668,33 +538,6 @@ DROP FUNCTION outbox._relay_endpoints();
 DROP FUNCTION outbox._read_stream(integer, bigint);
 DROP FUNCTION outbox._read_page(integer, integer, boolean, bigint);
 DROP FUNCTION outbox._read_due(integer, integer, boolean, bigint);
-
--- Every endpoint as the relay loads it (store.c relies on the order of the
--- columns).  A function with sequential scans off: the relay keeps its
--- plan, made while the tables are small, and a join of sequential scans
--- took seconds per load with 10,000 endpoints; by their keys it is one
--- merge of three index scans.
-CREATE FUNCTION outbox._relay_endpoints()
-RETURNS TABLE (id integer, name text, url text, header_lines text, timeout_ms bigint,
-               max_attempts integer, ordered boolean, active boolean, secret text,
-               previous_secret text, event_types text[], follows boolean, max_in_flight integer,
-               format text, max_age_ms bigint, auth jsonb)
-LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
-SET enable_seqscan = off
-SET jit = off
-AS $$
-    SELECT e.id, e.name, e.url, array_to_string(outbox._header_lines(e.headers), E'\n'),
-           outbox._timeout_ms(e.timeout), e.max_attempts, e.ordered,
-           NOT e.paused AND e.disabled_at IS NULL, s.secret,
-           CASE WHEN s.previous_expires_at > now() THEN s.previous_secret END,
-           e.event_types, p.follows, e.max_in_flight, e.format, outbox._timeout_ms(e.max_age), s.auth
-      FROM outbox.endpoints e
-      JOIN outbox.endpoint_secrets s ON s.endpoint_id = e.id
-      JOIN outbox.positions p ON p.endpoint_id = e.id
-     ORDER BY e.id
-$$;
-COMMENT ON FUNCTION outbox._relay_endpoints() IS 'internal: every endpoint as the relay loads it';
 
 -- The next page of the stream: events of its batch after after_id, of any
 -- type, in id order, at most lim and ending after the event that brings it
@@ -1177,9 +1020,8 @@ COMMENT ON FUNCTION outbox._set_aside(smallint) IS
     'internal: copy the events of an events partition that wait in retries into outbox.delayed';
 
 REVOKE ALL ON FUNCTION outbox.emit(text, jsonb, text, jsonb, timestamptz, text, timestamptz, integer),
-    outbox.create_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text, interval, jsonb),
-    outbox.alter_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text, interval, jsonb),
-    outbox._check_max_age(interval), outbox._check_auth(jsonb), outbox._check_auth_headers(jsonb, jsonb), outbox._relay_endpoints(), outbox._read_stream(integer, bigint),
+    outbox._check_max_age(interval), outbox._check_auth(jsonb), outbox._check_auth_headers(jsonb, jsonb),
+    outbox._check_auth_target(jsonb, text), outbox._read_stream(integer, bigint),
     outbox._read_page(integer, integer, boolean, bigint),
     outbox._read_due(integer, integer, boolean, bigint) FROM PUBLIC;
 
@@ -1214,13 +1056,10 @@ END
 $$;
 COMMENT ON FUNCTION outbox._check_rate_limit(numeric) IS 'internal: validate an endpoint''s rate_limit';
 
--- create_endpoint and alter_endpoint take rate_limit last (after max_age
--- and auth, above): their signature changes again, so they are dropped and
--- created again.  So is endpoint_status, whose _in_flight() now also says
--- whether an endpoint is held, and which shows the limit.  (_grants_back()
--- gives their grants back.)
-DROP FUNCTION outbox.create_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text, interval, jsonb);
-DROP FUNCTION outbox.alter_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text, interval, jsonb);
+-- create_endpoint and alter_endpoint (dropped above) take max_age, auth
+-- and rate_limit last.  endpoint_status is dropped and made again, since
+-- _in_flight() now also says whether an endpoint is held, and it shows
+-- the limit.  (_grants_back() gives their grants back.)
 DROP VIEW outbox.endpoint_status;
 DROP FUNCTION outbox._in_flight();
 
@@ -1281,6 +1120,7 @@ BEGIN
     fmt := outbox._check_format(format, hdrs);
     the_auth := outbox._check_auth(create_endpoint.auth);
     PERFORM outbox._check_auth_headers(the_auth, hdrs);
+    PERFORM outbox._check_auth_target(the_auth, the_url);
     the_secret := CASE WHEN secret IS NULL THEN outbox._new_secret()
                        ELSE outbox._check_secret(secret) END;
 
@@ -1356,6 +1196,10 @@ BEGIN
                 CASE WHEN alter_endpoint.auth IS NOT NULL THEN the_auth
                      ELSE (SELECT s.auth FROM outbox.endpoint_secrets s WHERE s.endpoint_id = eid) END,
                 coalesce(hdrs, cur.headers));
+    PERFORM outbox._check_auth_target(
+                CASE WHEN alter_endpoint.auth IS NOT NULL THEN the_auth
+                     ELSE (SELECT s.auth FROM outbox.endpoint_secrets s WHERE s.endpoint_id = eid) END,
+                coalesce(the_url, cur.url));
 
     UPDATE outbox.endpoints e
        SET url = coalesce(the_url, e.url),
@@ -1435,7 +1279,6 @@ COMMENT ON VIEW outbox.endpoint_status IS
 
 -- The relay loads the limit, and when the row last changed (a change ends
 -- a Retry-After's pause).
-DROP FUNCTION outbox._relay_endpoints();
 CREATE FUNCTION outbox._relay_endpoints()
 RETURNS TABLE (id integer, name text, url text, header_lines text, timeout_ms bigint,
                max_attempts integer, ordered boolean, active boolean, secret text,

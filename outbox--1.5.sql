@@ -746,6 +746,25 @@ LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'outbox_check_auth';
 COMMENT ON FUNCTION outbox._check_auth(jsonb) IS
     'internal: validate an endpoint''s client authentication';
 
+-- Client authentication is applied by the webhook target alone: an
+-- endpoint of a broker (Kafka, NATS, RabbitMQ) with auth is refused rather
+-- than sent without it.
+CREATE FUNCTION outbox._check_auth_target(auth jsonb, url text) RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF auth IS NOT NULL AND url !~* '^https?://' THEN
+        RAISE EXCEPTION 'client authentication is not supported for endpoint URL "%"',
+                        split_part(url, '://', 1) || '://...'
+            USING ERRCODE = '0A000',
+                  DETAIL = 'auth is applied to http and https endpoints only; the Kafka, NATS and RabbitMQ targets do not read it.';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION outbox._check_auth_target(jsonb, text) IS
+    'internal: refuse client authentication on an endpoint whose target does not apply it';
+
 -- An endpoint whose auth sends an Authorization header (bearer, oauth2)
 -- may not have one among its own headers.
 CREATE FUNCTION outbox._check_auth_headers(auth jsonb, headers jsonb) RETURNS void
@@ -848,6 +867,7 @@ BEGIN
     fmt := outbox._check_format(format, hdrs);
     the_auth := outbox._check_auth(create_endpoint.auth);
     PERFORM outbox._check_auth_headers(the_auth, hdrs);
+    PERFORM outbox._check_auth_target(the_auth, the_url);
     the_secret := CASE WHEN secret IS NULL THEN outbox._new_secret()
                        ELSE outbox._check_secret(secret) END;
 
@@ -923,6 +943,10 @@ BEGIN
                 CASE WHEN alter_endpoint.auth IS NOT NULL THEN the_auth
                      ELSE (SELECT s.auth FROM outbox.endpoint_secrets s WHERE s.endpoint_id = eid) END,
                 coalesce(hdrs, cur.headers));
+    PERFORM outbox._check_auth_target(
+                CASE WHEN alter_endpoint.auth IS NOT NULL THEN the_auth
+                     ELSE (SELECT s.auth FROM outbox.endpoint_secrets s WHERE s.endpoint_id = eid) END,
+                coalesce(the_url, cur.url));
 
     UPDATE outbox.endpoints e
        SET url = coalesce(the_url, e.url),

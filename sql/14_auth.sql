@@ -124,6 +124,16 @@ SELECT e.name, (SELECT array_agg(k ORDER BY k) FROM jsonb_object_keys(s.auth) k)
   FROM outbox.endpoints e JOIN outbox.endpoint_secrets s ON s.endpoint_id = e.id
  WHERE e.name LIKE 'auth-admin%' ORDER BY e.name;
 
+-- The broker targets do not apply auth: an endpoint of theirs with it is
+-- refused (0A000), made or altered either way, and nothing is written.
+SELECT try($$SELECT outbox.create_endpoint('auth-kafka', 'kafka://127.0.0.1:9092/t', auth => '{"bearer": "tok-kafka"}')$$) AS kafka_with_auth;
+SELECT try($$SELECT outbox.create_endpoint('auth-kafka', 'kafka://127.0.0.1:9092/t')$$) AS kafka_without;
+SELECT try($$SELECT outbox.alter_endpoint('auth-kafka', auth => '{"bearer": "tok-kafka"}')$$) AS kafka_given_auth;
+SELECT try($$SELECT outbox.alter_endpoint('auth-admin', url => 'nats://127.0.0.1:4222/s')$$) AS bearer_endpoint_to_nats;
+SELECT e.name, e.url, s.auth IS NOT NULL AS has_auth
+  FROM outbox.endpoints e JOIN outbox.endpoint_secrets s ON s.endpoint_id = e.id
+ WHERE e.name IN ('auth-kafka', 'auth-admin') ORDER BY e.name;
+
 -- Clean up.
 SELECT outbox.drop_endpoint(name) FROM outbox.endpoints WHERE name LIKE 'auth-%' ORDER BY name;
 SELECT count(*) AS secrets_left FROM outbox.endpoint_secrets;

@@ -199,13 +199,15 @@ embedded_ipv4(const uint8 *a6, uint8 v4[2][4], const char **kind)
 
 /*
  * NULL when the relay may connect to sa, else why not.  The reason is a
- * static string, or for an IPv4 address inside an IPv6 one a static buffer
- * that the next call overwrites.
+ * static string, or for an IPv4 address inside an IPv6 one a buffer of the
+ * calling thread's that its next call overwrites: the broker targets'
+ * threads (kafka.c's connect callback, rabbitmq.c's publishers) call this
+ * too, each under a lock of its own, so the buffer is per thread.
  */
 const char *
 address_refusal(const struct sockaddr *sa, const NetworkList *allowed)
 {
-	static char why_inside[128];
+	static __thread char why_inside[128];
 	uint8		addr[16];
 	int			family;
 	const char *why;

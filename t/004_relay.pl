@@ -497,6 +497,22 @@ my $r1 = $node->safe_psql('postgres', q{SELECT outbox.emit('again.created', '{"b
 ok(wait_received($log, got_all('/reborn', $r1)), 'after CREATE EXTENSION again, a new endpoint receives');
 isnt(relay_pid(), $pid, 'delivered by a new relay, started at CREATE EXTENSION');
 
+# Dropped and created again in one transaction: the relay never sees the
+# extension absent, but what it kept of the old one (plans, type ids) is
+# gone; it starts anew, and the new extension's endpoints receive.
+$pid = relay_pid();
+my $log_before_swap = -s $node->logfile;
+$node->safe_psql('postgres', qq{
+BEGIN;
+DROP EXTENSION outbox;
+CREATE EXTENSION outbox;
+SELECT outbox.create_endpoint('swapped', '$url/swapped', '{*}');
+COMMIT;});
+my $r2 = $node->safe_psql('postgres', q{SELECT outbox.emit('swap.created', '{"swapped": true}')});
+ok(wait_received($log, got_all('/swapped', $r2)), 'after DROP and CREATE EXTENSION in one transaction, an endpoint receives');
+ok(log_wait(qr/outbox relay leaves database "postgres": outbox was dropped and created again/, $log_before_swap),
+	'the old relay said why it left');
+
 $node->stop;
 $receiver->kill_kill;
 $receiver2->kill_kill;

@@ -155,10 +155,20 @@ static TimestampTz last_answer_at = 0;
 static bool extension_absent = false;
 static uint64 requests_before_check = 0;
 
+/*
+ * The extension the relay serves, by oid: one dropped and created again
+ * (in one transaction, so never seen absent) is another, whose types and
+ * functions the relay's kept plans do not know.  The relay leaves as if
+ * stopped, and the launcher starts it again (RELAY_EXIT_UNKNOWN).
+ */
+static Oid	extension_oid = InvalidOid;
+static bool extension_replaced = false;
+
 static void
 relay_shmem_exit(int code, Datum arg)
 {
-	outbox_relay_detach(extension_absent ? RELAY_EXIT_ABSENT : RELAY_EXIT_UNKNOWN,
+	outbox_relay_detach(extension_absent && !extension_replaced ?
+						RELAY_EXIT_ABSENT : RELAY_EXIT_UNKNOWN,
 						requests_before_check);
 	target_abandon_all();
 	if (!extension_absent)
@@ -223,8 +233,16 @@ begin_tx(const char *activity)
 		elog(ERROR, "SPI_connect failed");
 	PushActiveSnapshot(GetTransactionSnapshot());
 	pgstat_report_activity(STATE_RUNNING, activity);
-	if (!store_extension_present())
-		extension_absent = true;
+	{
+		Oid			oid = store_extension_oid();
+
+		if (!OidIsValid(oid))
+			extension_absent = true;
+		else if (!OidIsValid(extension_oid))
+			extension_oid = oid;
+		else if (oid != extension_oid)
+			extension_absent = extension_replaced = true;
+	}
 	return !extension_absent;
 }
 
@@ -2344,8 +2362,13 @@ outbox_relay_main(Datum arg)
 		CHECK_FOR_INTERRUPTS();
 		if (extension_absent)
 		{
-			ereport(LOG, (errmsg("outbox relay leaves database \"%s\": outbox is not installed there",
-								 dbname)));
+			if (extension_replaced)
+				ereport(LOG, (errmsg("outbox relay leaves database \"%s\": outbox was dropped and created again",
+									 dbname),
+							  errdetail("A new relay serves the new extension.")));
+			else
+				ereport(LOG, (errmsg("outbox relay leaves database \"%s\": outbox is not installed there",
+									 dbname)));
 			proc_exit(0);
 		}
 		if (ConfigReloadPending)

@@ -41,11 +41,18 @@
 static SPIPlanPtr endpoints_plan = NULL;
 static SPIPlanPtr rotate_plan = NULL;
 
+/* outbox's oid in this database, InvalidOid when it is not installed. */
+Oid
+store_extension_oid(void)
+{
+	return get_extension_oid("outbox", true);
+}
+
 /* Is outbox installed in this database (a catalog cache lookup)? */
 bool
 store_extension_present(void)
 {
-	return OidIsValid(get_extension_oid("outbox", true));
+	return OidIsValid(store_extension_oid());
 }
 
 /*

@@ -97,6 +97,7 @@ typedef struct RecordSet
 	int			ndetach;
 } RecordSet;
 
+extern Oid	store_extension_oid(void);
 extern bool store_extension_present(void);
 extern bool store_extension_ready(void);
 extern void store_rotate(void);

@@ -42,20 +42,8 @@ ok(-s "$dir/server.crt" && -s "$dir/other.crt", 'certificates made');
 chmod 0644, "$dir/ca.crt";
 
 # An HTTPS receiver per server certificate.
-sub start_tls_receiver
-{
-	my ($name) = @_;
-	my $log = "$dir/$name.jsonl";
-	my $port_file = "$dir/$name.port";
-	my $h = IPC::Run::start([ 'python3', "$FindBin::Bin/tls_receiver.py",
-		'--cert', "$dir/$name.crt", '--key', "$dir/$name.key",
-		'--log', $log, '--port-file', $port_file ]);
-	for (my $i = 0; $i < 100 && !-e $port_file; $i++) { usleep(100_000); }
-	die "$name receiver did not start" unless -e $port_file;
-	return ('https://127.0.0.1:' . PostgreSQL::Test::Utils::slurp_file($port_file), $log, $h);
-}
-my ($url, $log, $rx) = start_tls_receiver('server');
-my ($other_url, $other_log, $other_rx) = start_tls_receiver('other');
+my ($url, $log, $rx) = start_tls_receiver("$dir/server.crt", "$dir/server.key");
+my ($other_url, $other_log, $other_rx) = start_tls_receiver("$dir/other.crt", "$dir/other.key");
 
 my $node = outbox_node('tls', conf => "outbox.retry_schedule = '500ms'\n");
 wait_for_relay() or die 'relay did not start';

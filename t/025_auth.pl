@@ -54,14 +54,8 @@ chmod 0600, "$dir/client.key", "$dir/stranger.key";
 ok(-s "$dir/client.crt" && -s "$dir/server.crt" && -s "$dir/stranger.crt", 'certificates made');
 
 # The HTTPS receiver that asks for a client certificate from the CA.
-my $tls_log = "$dir/tls.jsonl";
-my $tls_port_file = "$dir/tls.port";
-my $tls = IPC::Run::start([ 'python3', "$FindBin::Bin/tls_receiver.py",
-	'--cert', "$dir/server.crt", '--key', "$dir/server.key", '--client-ca', "$dir/ca.crt",
-	'--log', $tls_log, '--port-file', $tls_port_file ]);
-for (my $i = 0; $i < 100 && !-e $tls_port_file; $i++) { usleep(100_000); }
-die 'TLS receiver did not start' unless -e $tls_port_file;
-my $tls_url = 'https://127.0.0.1:' . PostgreSQL::Test::Utils::slurp_file($tls_port_file);
+my ($tls_url, $tls_log, $tls) =
+  start_tls_receiver("$dir/server.crt", "$dir/server.key", "$dir/ca.crt");
 
 my $node = outbox_node('auth', conf => qq{
 outbox.retry_schedule = '300ms'

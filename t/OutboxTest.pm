@@ -21,7 +21,7 @@ use Time::HiRes qw(usleep);
 
 our @EXPORT = qw(outbox_node start_receiver received wait_received ids_at got_all);
 our @EXPORT_OK = qw(sql lit relay_pid wait_for_relay attempts reload_with log_wait outbox_version
-  start_cloudevents_receiver);
+  start_cloudevents_receiver start_tls_receiver);
 our %EXPORT_TAGS = (all => [ @EXPORT, @EXPORT_OK ]);
 
 # The node outbox_node() made last: what sql() and its kin use by default.
@@ -176,7 +176,7 @@ sub outbox_version
 # ends.
 sub _start_logging_receiver
 {
-	my ($cmd, $host) = @_;
+	my ($cmd, $host, $scheme) = @_;
 	my $dir = PostgreSQL::Test::Utils::tempdir();
 	my $log = "$dir/received.jsonl";
 	my $port_file = "$dir/port";
@@ -189,7 +189,7 @@ sub _start_logging_receiver
 	}
 	die "receiver did not start: @$cmd" unless -e $port_file;
 	my $port = PostgreSQL::Test::Utils::slurp_file($port_file);
-	return ("http://$host:$port", $log, $h);
+	return (($scheme // 'http') . "://$host:$port", $log, $h);
 }
 
 # start_receiver([$host]): start t/webhook_receiver.py listening on $host
@@ -199,6 +199,18 @@ sub start_receiver
 	my ($host) = @_;
 	return _start_logging_receiver([ 'python3', dirname(__FILE__) . '/webhook_receiver.py' ],
 		$host // '127.0.0.1');
+}
+
+# start_tls_receiver($cert, $key [, $client_ca]): the same receiver serving
+# HTTPS on 127.0.0.1 with that certificate, asking for a client certificate
+# $client_ca signed when given; returns (base https URL, log path, harness).
+sub start_tls_receiver
+{
+	my ($cert, $key, $client_ca) = @_;
+	return _start_logging_receiver(
+		[ 'python3', dirname(__FILE__) . '/webhook_receiver.py', '--cert', $cert, '--key', $key,
+			defined $client_ca ? ('--client-ca', $client_ca) : () ],
+		'127.0.0.1', 'https');
 }
 
 # start_cloudevents_receiver($secret): start t/node/cloudevents_receiver.js

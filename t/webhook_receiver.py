@@ -40,6 +40,11 @@ the receive time (Unix seconds, float), path, query, lower-cased headers
 answered, and "concurrent": the requests to its path being handled when it
 came, itself included.  It listens on --host (127.0.0.1); the port is
 written to --port-file once listening.
+
+With --cert and --key it serves HTTPS instead, and logs "client": the
+common name of the client's certificate, or null; with --client-ca too it
+asks for a client certificate and refuses a handshake without one that CA
+signed (mutual TLS).
 Standard library only.
 """
 import argparse
@@ -49,6 +54,7 @@ import hashlib
 import json
 import os
 import socket
+import ssl
 import sys
 import threading
 import time
@@ -125,6 +131,16 @@ class Handler(BaseHTTPRequestHandler):
         return 200, {"access_token": token, "token_type": "Bearer",
                      "expires_in": int(q.get("expires_in", "3600"))}
 
+    def client_name(self):
+        """The common name of the client's TLS certificate, or None."""
+        if not isinstance(self.connection, ssl.SSLSocket):
+            return None
+        for rdn in (self.connection.getpeercert() or {}).get("subject", ()):
+            for name, value in rdn:
+                if name == "commonName":
+                    return value
+        return None
+
     def authorized(self, q):
         """Whether a request passes require_bearer and require_issued."""
         given = self.headers.get("Authorization") or ""
@@ -155,6 +171,7 @@ class Handler(BaseHTTPRequestHandler):
             while not os.path.exists(q["hold"]) and time.time() < deadline:
                 time.sleep(0.02)
         record = {
+            "client": self.client_name(),
             "t": received,
             "path": url.path,
             "query": q,
@@ -197,12 +214,26 @@ def main():
     ap.add_argument("--port-file", required=True)
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--cert")
+    ap.add_argument("--key")
+    ap.add_argument("--client-ca")
     args = ap.parse_args()
     # A deep accept queue: the relay opens many connections at once.
     ThreadingHTTPServer.request_queue_size = 1024
     server = ThreadingHTTPServer((args.host, args.port), Handler)
     server.daemon_threads = True
     server.log_path = args.log
+    if args.cert:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(args.cert, args.key)
+        if args.client_ca:
+            ctx.verify_mode = ssl.CERT_REQUIRED
+            ctx.load_verify_locations(args.client_ca)
+        ctx.set_alpn_protocols(["http/1.1"])
+        # The handshake happens in the handler's thread, so a client that
+        # never finishes it holds up nobody else.
+        server.socket = ctx.wrap_socket(server.socket, server_side=True,
+                                        do_handshake_on_connect=False)
     open(args.log, "a").close()
     with open(args.port_file + ".tmp", "w") as f:
         f.write(str(server.server_address[1]))

@@ -4,12 +4,16 @@
  *	  Making the batches of the delivery data model (delivery.h): empty
  *	  ones, which relay.c fills with the parts of a stream page, and those
  *	  of the events read for one endpoint, their bodies made in its
- *	  format.  Which deliveries wait is relay.c's to decide.  Needs no
- *	  transaction.
+ *	  format; and settling a delivery, sent or not (delivery_settle,
+ *	  delivery_defer, delivery_expire), which keeps its batch's and its
+ *	  stream page's counts.  Which deliveries wait is relay.c's to decide.
+ *	  Needs no transaction.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
+
+#include "utils/timestamp.h"
 
 #include "delivery.h"
 #include "policy.h"
@@ -107,4 +111,54 @@ delivery_free_events(EventRows *rows)
 		pfree(rows->blocked);
 	if (rows->attempts)
 		pfree(rows->attempts);
+}
+
+/*
+ * A delivery has its outcome: one fewer pending in its batch, one more to
+ * record.  A part of the stream's page that has no delivery left pending is
+ * progress of the page (detach_laggards).
+ */
+void
+delivery_settle(Delivery *d, OutcomeKind outcome)
+{
+	Batch	   *b = d->batch;
+
+	d->outcome = outcome;
+	d->state = DELIVERY_DONE;
+	b->pending--;
+	b->unrecorded++;
+	if (b->stream != NULL && b->pending == 0)
+	{
+		b->stream->finished++;
+		b->stream->progress_at = GetCurrentTimestamp();
+	}
+}
+
+/*
+ * Settle a delivery without sending it: it goes to the retry table, due at
+ * next_at (its deliver_at, or now for one waiting behind its key).
+ */
+void
+delivery_defer(Delivery *d, TimestampTz next_at)
+{
+	d->deferred = true;
+	d->attempt = 0;
+	d->next_at = next_at;
+	delivery_settle(d, OUTCOME_KIND_DEFERRED);
+}
+
+/*
+ * Settle a delivery without sending it because its deadline passed (its
+ * expires_at, or its endpoint's max_age): recorded as expired, as the
+ * attempt it would have been (DESIGN.md, "Expiry and priority").  Settled,
+ * not owed: its retry row goes, and its page moves its position on.
+ */
+void
+delivery_expire(Delivery *d)
+{
+	d->expired = true;
+	d->deferred = false;
+	d->next_at = 0;
+	d->attempt = Max(d->attempt, 1);
+	delivery_settle(d, OUTCOME_KIND_EXPIRED);
 }

@@ -240,5 +240,8 @@ extern void delivery_of_event(Delivery *d, Batch *b, const StreamEvent *e);
 extern Batch *delivery_batch_of_events(RelayEndpoint *ep, bool is_page, EventRows *rows,
 									   MemoryContext cxt);
 extern void delivery_free_events(EventRows *rows);
+extern void delivery_settle(Delivery *d, OutcomeKind outcome);
+extern void delivery_defer(Delivery *d, TimestampTz next_at);
+extern void delivery_expire(Delivery *d);
 
 #endif							/* OUTBOX_DELIVERY_H */

@@ -341,56 +341,6 @@ may_read_due(const RelayEndpoint *ep, bool full)
 }
 
 /*
- * A delivery has its outcome: one fewer pending in its batch, one more to
- * record.  A part of the stream's page that has no delivery left pending is
- * progress of the page (detach_laggards).
- */
-static void
-settle(Delivery *d, OutcomeKind outcome)
-{
-	Batch	   *b = d->batch;
-
-	d->outcome = outcome;
-	d->state = DELIVERY_DONE;
-	b->pending--;
-	b->unrecorded++;
-	if (b->stream != NULL && b->pending == 0)
-	{
-		b->stream->finished++;
-		b->stream->progress_at = GetCurrentTimestamp();
-	}
-}
-
-/*
- * Settle a delivery without sending it: it goes to the retry table, due at
- * next_at (its deliver_at, or now for one waiting behind its key).
- */
-static void
-defer(Delivery *d, TimestampTz next_at)
-{
-	d->deferred = true;
-	d->attempt = 0;
-	d->next_at = next_at;
-	settle(d, OUTCOME_KIND_DEFERRED);
-}
-
-/*
- * Settle a delivery without sending it because its deadline passed (its
- * expires_at, or its endpoint's max_age): recorded as expired, as the
- * attempt it would have been (DESIGN.md, "Expiry and priority").  Settled,
- * not owed: its retry row goes, and its page moves its position on.
- */
-static void
-expire(Delivery *d)
-{
-	d->expired = true;
-	d->deferred = false;
-	d->next_at = 0;
-	d->attempt = Max(d->attempt, 1);
-	settle(d, OUTCOME_KIND_EXPIRED);
-}
-
-/*
  * A new event's delivery goes as a first attempt, or waits: until its
  * deliver_at, or, on an ordered endpoint, behind an earlier event of its
  * key (blocked: due now, sent as a retry once that one is settled).
@@ -1229,11 +1179,11 @@ read_round(bool full)
 
 			d->state = DELIVERY_WAITING;
 			if (d->already)
-				settle(d, OUTCOME_KIND_ALREADY);
+				delivery_settle(d, OUTCOME_KIND_ALREADY);
 			else if (policy_expired(d->deadline, b->last_flush))
-				expire(d);
+				delivery_expire(d);
 			else if (d->deferred)
-				defer(d, d->deliver_at);
+				delivery_defer(d, d->deliver_at);
 		}
 		dlist_push_tail(&active, &b->node);
 	}
@@ -1441,7 +1391,7 @@ pump_batch(Batch *b, int limit, int slots, TimestampTz now)
 			if (prev->outcome != OUTCOME_KIND_DELIVERED && prev->outcome != OUTCOME_KIND_DEAD &&
 				prev->outcome != OUTCOME_KIND_ALREADY && prev->outcome != OUTCOME_KIND_EXPIRED)
 			{
-				defer(d, GetCurrentTimestamp());
+				delivery_defer(d, GetCurrentTimestamp());
 				continue;
 			}
 		}
@@ -1468,7 +1418,7 @@ pump_batch(Batch *b, int limit, int slots, TimestampTz now)
 		/* Checked again as it would go: it may have waited for slots. */
 		if (d->deadline != 0 && policy_expired(d->deadline, GetCurrentTimestamp()))
 		{
-			expire(d);
+			delivery_expire(d);
 			continue;
 		}
 		/* (an expired one takes no token: it is not sent) */
@@ -1654,7 +1604,7 @@ conclude(Delivery *d, const TargetResult *res)
 		limit_pause(b->ep, retry_after, GetCurrentTimestamp());
 		detach(b->ep);
 	}
-	settle(d, policy_outcome_kind(o));
+	delivery_settle(d, policy_outcome_kind(o));
 	if (o == OUTCOME_DELIVERED)
 		b->ep->consecutive_failures = 0;
 	else

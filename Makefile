@@ -37,6 +37,7 @@ OBJS = \
 	src/relay/route.o \
 	src/relay/limit.o \
 	src/relay/relay.o \
+	src/relay/pump.o \
 	src/relay/sender.o \
 	src/relay/credentials.o
 DATA = $(wildcard outbox--*.sql)

@@ -20,6 +20,8 @@
  * latch and on what its targets watch (target_wait), so a commit wakes it
  * even while requests are in flight.  With outbox.senders, some requests
  * are sent by sender processes (sender.c); their results set the latch.
+ * Handing deliveries to their targets and settling their results is
+ * pump.c's: the loop calls pump_collect() and pump_run() once an iteration.
  *
  *-------------------------------------------------------------------------
  */
@@ -51,6 +53,7 @@
 #include "limit.h"
 #include "policy.h"
 #include "priority.h"
+#include "pump.h"
 #include "route.h"
 #include "sender.h"
 #include "shmem.h"
@@ -68,8 +71,6 @@
 #define ROTATE_INTERVAL_MS	1000
 /* After this many failures in a row an endpoint only gets probes. */
 #define CIRCUIT_FAILURES	20
-/* Failing deliveries are reported at most this often per endpoint. */
-#define WARNING_INTERVAL_MS	60000
 /*
  * A stream page none of whose parts has finished for this long, while
  * other endpoints follow the stream, detaches the endpoints whose parts are
@@ -91,15 +92,6 @@
  * not hold up the stream's read (DESIGN.md, "The stream").
  */
 #define OWN_READ_BUDGET_MS	20
-/* Answers this slow, most of a stream page's, make the next page larger. */
-#define SLOW_ANSWER_MS		50
-/*
- * An endpoint whose target takes no slot (a broker) reads pages this many
- * times outbox.batch_size on its own: with one page in flight per
- * endpoint its rate is about a page per acknowledgement, and its messages
- * cost the relay no socket (bench case 14).
- */
-#define BROKER_PAGE_FACTOR	4
 /* Endpoints are loaded at least this often, changed or not. */
 #define ENDPOINTS_RELOAD_MS	10000
 
@@ -109,8 +101,6 @@ static HTAB *endpoints = NULL;
 /* Batches whose requests are being sent, and those read but not committed. */
 static dlist_head active = DLIST_STATIC_INIT(active);
 static dlist_head unconfirmed = DLIST_STATIC_INIT(unconfirmed);
-static int	in_flight = 0;
-static int	slots_taken = 0;	/* of those, deliveries holding a slot */
 
 /*
  * The stream (DESIGN.md, "The read path"): its page in flight, or the one
@@ -144,9 +134,6 @@ static uint64 endpoints_version = 0;
 static TimestampTz endpoints_loaded_at = 0;
 static bool endpoints_stale = true;
 static uint64 version_before_read = 0;
-
-/* When a request last finished, of any endpoint (detach_laggards). */
-static TimestampTz last_answer_at = 0;
 
 /*
  * Set when a read round finds no outbox (of this library's version) here;
@@ -511,8 +498,6 @@ load_endpoints(void)
 	}
 }
 
-static void detach(RelayEndpoint *ep);
-
 /*
  * After a load of the endpoints: rebuild the routes, and who reads on its
  * own.  An endpoint that follows the stream but may not receive now (paused,
@@ -534,7 +519,7 @@ endpoints_loaded(void)
 	while ((ep = hash_seq_search(&seq)) != NULL)
 	{
 		if (ep->follows && !ep->active && ep->seen)
-			detach(ep);
+			relay_detach(ep);
 		if (ep->follows && ep->active)
 			followers++;
 		else if (ep->active)
@@ -552,8 +537,8 @@ endpoints_loaded(void)
  * nothing of that page left to do, and its position moves past the page
  * with the detach.
  */
-static void
-detach(RelayEndpoint *ep)
+void
+relay_detach(RelayEndpoint *ep)
 {
 	MemoryContext old;
 
@@ -667,7 +652,7 @@ route_page(StreamPage *p)
 			if (!ep->active || ep->consecutive_failures >= CIRCUIT_FAILURES || ep->page != NULL ||
 				!limit_may_follow(ep, now))
 			{
-				detach(ep);
+				relay_detach(ep);
 				continue;
 			}
 			if (ep->routed++ == 0)
@@ -774,16 +759,13 @@ route_page(StreamPage *p)
  * endpoint gets more than outbox.batch_size of a page (route_page), and
  * outbox.batch_bytes bounds its memory.
  */
-static int	relay_slots(void);
-static int	endpoint_cap(const RelayEndpoint *ep);
-
 static int	stream_size = 0;	/* as asked; within_page_bounds() at use */
 
 /* size, within outbox.batch_size and the relay's slots (or batch_size). */
 static int
 within_page_bounds(int size)
 {
-	return Min(Max(size, outbox_batch_size), Max(relay_slots(), outbox_batch_size));
+	return Min(Max(size, outbox_batch_size), Max(pump_slots(), outbox_batch_size));
 }
 
 static int
@@ -906,7 +888,7 @@ read_stream(void)
  * How many new events an endpoint reading on its own reads at once.  One
  * failing without pause gets one per full round to probe it, besides its
  * due retries: its backlog waits at its position instead of costing the
- * other endpoints the relay's time.  One whose cap is cut (endpoint_cap:
+ * other endpoints the relay's time.  One whose cap is cut (pump_endpoint_cap:
  * it failed, or lagged behind the stream) reads twice its cap: a read
  * walks the ids until it has its events, and an endpoint whose types are
  * rare walks far for a full page it could not send for minutes (bench
@@ -920,7 +902,7 @@ own_page_size(const RelayEndpoint *ep)
 	if (ep->consecutive_failures >= CIRCUIT_FAILURES)
 		return 1;
 	if (ep->lagged || ep->retry_failures > 0)
-		return limit_page_size(ep, Min(outbox_batch_size, 2 * endpoint_cap(ep)));
+		return limit_page_size(ep, Min(outbox_batch_size, 2 * pump_endpoint_cap(ep)));
 	if (!target_takes_slot(ep->target))
 		return limit_page_size(ep, BROKER_PAGE_FACTOR * outbox_batch_size);
 	return limit_page_size(ep, outbox_batch_size);
@@ -1187,510 +1169,6 @@ read_round(bool full)
 		}
 		dlist_push_tail(&active, &b->node);
 	}
-}
-
-/*
- * Slots (DESIGN.md, The relay loop).  The relay keeps at most
- * outbox.max_concurrency requests in flight, fewer if its open files limit
- * cannot hold that many sockets (http_socket_room).  An endpoint has at
- * most its cap in flight (max_in_flight, or outbox.endpoint_concurrency),
- * and at most a fair share of the slots: slots / (endpoints with work + 1),
- * rounded up.
- * "With work" is deliveries waiting or requests in flight; the one share
- * more is kept free for an endpoint that has work next, so that endpoints
- * whose requests hang can never take every slot from one that comes later.
- * The share binds only when the caps of the endpoints with work do not all
- * fit in the slots.  But the one share kept free is small beside many
- * endpoints whose receivers hang: so an endpoint that fails has its cap
- * halved for each failure in a row, down to one request, and one that
- * was detached for lagging behind the stream has one, until its next 2xx
- * gives back the whole cap (endpoint_cap; bench case 12).
- *
- * A target whose deliveries hold no socket of their own (a broker's
- * messages share the producer's connections: target_takes_slot) takes no
- * slot and no share: its endpoints are served first, each up to its cap,
- * which is max_in_flight or twice its page (BROKER_PAGE_FACTOR), cut on
- * failures the same way.
- *
- * pump() only looks at endpoints in the ready list, never at all of them:
- * an endpoint goes in when it gets a batch, or when one of its requests
- * finishes while deliveries of it still wait (collect); it leaves once it
- * sent what it may.  While in the list it has a batch with deliveries
- * without an outcome, so the batch, and the endpoint, are not freed.
- */
-static dlist_head ready = DLIST_STATIC_INIT(ready);
-static int	busy_endpoints = 0;
-
-/* An endpoint's part in the fair share: deliveries waiting, or in flight. */
-static void
-update_busy(RelayEndpoint *ep)
-{
-	bool		busy = target_takes_slot(ep->target) && (ep->ready || ep->in_flight > 0);
-
-	if (busy != ep->busy)
-	{
-		busy_endpoints += busy ? 1 : -1;
-		ep->busy = busy;
-	}
-}
-
-/* May deliveries of this batch still wait to be sent? */
-static bool
-may_wait(const Batch *b)
-{
-	return b != NULL && b->pending > 0 && b->next_submit < b->n;
-}
-
-/* How many requests of ep may be in flight, slots permitting. */
-static int
-endpoint_cap(const RelayEndpoint *ep)
-{
-	int			cap = ep->max_in_flight > 0 ? ep->max_in_flight :
-		target_takes_slot(ep->target) ? outbox_endpoint_concurrency :
-		2 * BROKER_PAGE_FACTOR * outbox_batch_size;
-
-	if (ep->lagged)
-		return 1;
-	return Max(1, cap >> Min(ep->retry_failures, 16));
-}
-
-/*
- * Put an endpoint at the end of the ready list if deliveries may wait,
- * unless its rate limit holds it (limit.c: it comes back by itself).
- */
-static void
-make_ready(RelayEndpoint *ep)
-{
-	if (ep->ready || ep->held || !(may_wait(ep->page) || may_wait(ep->due)))
-		return;
-	ep->ready = true;
-	dlist_push_tail(&ready, &ep->ready_node);
-	update_busy(ep);
-}
-
-static void
-unready(RelayEndpoint *ep)
-{
-	if (!ep->ready)
-		return;
-	ep->ready = false;
-	dlist_delete(&ep->ready_node);
-	update_busy(ep);
-}
-
-/*
- * Tell backends how many requests of an endpoint are in flight now, and
- * whether its rate limit holds it.
- */
-static void
-show_in_flight(RelayEndpoint *ep)
-{
-	ep->shown_at = outbox_show_in_flight(ep->shown_at, ep->id, ep->in_flight, ep->held);
-}
-
-/*
- * The slots: outbox.max_concurrency, as far as the open files limit lets
- * the relay have sockets (asked again when the setting changes).
- */
-static int
-relay_slots(void)
-{
-	static int	wanted = -1;
-	static int	slots = 0;
-
-	if (wanted != outbox_max_concurrency)
-	{
-		wanted = outbox_max_concurrency;
-		slots = http_socket_room(wanted);
-	}
-	return slots;
-}
-
-/*
- * Hand one delivery to its endpoint's target (target.h), which sends it and
- * gives back its result through collect().
- */
-static void
-submit(Delivery *d)
-{
-	RelayEndpoint *ep = d->batch->ep;
-
-	outbox_uuid_text(&d->event_id, d->event_id_str);
-	memset(&d->result, 0, sizeof(d->result));
-	target_submit(d, ep->target, slots_taken);
-	ep->in_flight++;
-	in_flight++;
-	d->took_slot = target_takes_slot(ep->target);
-	if (d->took_slot)
-		slots_taken++;
-	d->batch->answered_at = GetCurrentTimestamp();	/* its clock starts */
-	update_busy(ep);
-	show_in_flight(ep);
-}
-
-/*
- * Hold an endpoint that its rate limit or a pause stops (limit.c), out of
- * the ready list.  One that follows the stream stops following it: its
- * part would hold the stream's page, and every endpoint after it, while it
- * waits; the part becomes its own page, and it reads on its own until it
- * is back where the stream is.
- */
-static void
-hold(RelayEndpoint *ep, TimestampTz now)
-{
-	limit_hold(ep, now);
-	show_in_flight(ep);
-	if (ep->follows)
-		detach(ep);
-}
-
-/* Why pump_batch stopped. */
-typedef enum PumpStop
-{
-	PUMP_SENT_ALL,				/* nothing of the batch waits any more */
-	PUMP_BEHIND_KEY,			/* what waits, waits behind its key */
-	PUMP_AT_LIMIT,				/* the endpoint's limit or the relay's slots */
-	PUMP_NO_TOKEN,				/* its OAuth2 token is being fetched */
-	PUMP_HELD					/* its rate limit, or a pause (limit.c) */
-} PumpStop;
-
-static void fail_unsent(Delivery *d, const char *why);
-
-/*
- * Submit a batch's waiting deliveries, in order, while its endpoint is
- * under limit, its rate limit has a token for each and the relay has
- * slots.  On an ordered endpoint a delivery waits for the previous one of
- * its key in the batch: sent once that one was delivered or dead-lettered,
- * deferred behind it when that one is to be retried.
- */
-static PumpStop
-pump_batch(Batch *b, int limit, int slots, TimestampTz now)
-{
-	bool		all_settled = true;
-	bool		behind_key = false;
-
-	if (b == NULL)
-		return PUMP_SENT_ALL;
-	for (int i = b->next_submit; i < b->n; i++)
-	{
-		Delivery   *d = &b->d[i];
-		MemoryContext old;
-
-		if (d->state != DELIVERY_WAITING)
-			continue;
-		if (d->prev_same_key >= 0)
-		{
-			Delivery   *prev = &b->d[d->prev_same_key];
-
-			if (prev->state != DELIVERY_DONE)
-			{
-				all_settled = false;
-				behind_key = true;
-				continue;
-			}
-			if (prev->outcome != OUTCOME_KIND_DELIVERED && prev->outcome != OUTCOME_KIND_DEAD &&
-				prev->outcome != OUTCOME_KIND_ALREADY && prev->outcome != OUTCOME_KIND_EXPIRED)
-			{
-				delivery_defer(d, GetCurrentTimestamp());
-				continue;
-			}
-		}
-		/* An OAuth2 endpoint's deliveries wait for its token, off the slots. */
-		switch (credentials_state(b->ep))
-		{
-			case CREDENTIALS_READY:
-				break;
-			case CREDENTIALS_WAIT:
-				if (all_settled)
-					b->next_submit = i;
-				return PUMP_NO_TOKEN;
-			case CREDENTIALS_FAILED:
-				fail_unsent(d, b->ep->auth->failure);
-				continue;
-		}
-		if ((slots_taken >= slots && target_takes_slot(b->ep->target)) ||
-			b->ep->in_flight >= limit)
-		{
-			if (all_settled)
-				b->next_submit = i;
-			return PUMP_AT_LIMIT;
-		}
-		/* Checked again as it would go: it may have waited for slots. */
-		if (d->deadline != 0 && policy_expired(d->deadline, GetCurrentTimestamp()))
-		{
-			delivery_expire(d);
-			continue;
-		}
-		/* (an expired one takes no token: it is not sent) */
-		if (!limit_take(b->ep, now))
-		{
-			if (all_settled)
-				b->next_submit = i;
-			return PUMP_HELD;
-		}
-		old = MemoryContextSwitchTo(b->cxt);
-		submit(d);
-		MemoryContextSwitchTo(old);
-		d->state = DELIVERY_SENT;
-		if (all_settled)
-			b->next_submit = i + 1;
-	}
-	if (all_settled)
-		b->next_submit = b->n;
-	return behind_key ? PUMP_BEHIND_KEY : PUMP_SENT_ALL;
-}
-
-/*
- * Submit an endpoint's waiting deliveries up to limit, due retries before
- * new events.  It leaves the ready list (collect puts it back when one of
- * its requests finishes), unless the slots ran out first: then it goes to
- * the end of the list.
- */
-static void
-pump_endpoint(RelayEndpoint *ep, int limit, int slots, TimestampTz now)
-{
-	PumpStop	due = pump_batch(ep->due, limit, slots, now);
-	PumpStop	page = due == PUMP_AT_LIMIT || due == PUMP_NO_TOKEN || due == PUMP_HELD ? due :
-		pump_batch(ep->page, limit, slots, now);
-
-	/* (one waiting for its token is made ready by the token's answer) */
-	unready(ep);
-	if (page == PUMP_HELD)
-		hold(ep, now);
-	else if (page == PUMP_AT_LIMIT && ep->in_flight < limit)
-		make_ready(ep);			/* the slots ran out: it is served again */
-}
-
-/*
- * Submit what the slots allow, endpoint by endpoint in the order of the
- * ready list, each up to its limit; due retries before new events.  An
- * endpoint that got what it may leaves the list (collect puts it back when
- * one of its requests finishes); one cut short because the slots ran out
- * goes to the end of the list, and the others keep their place.  One that
- * its rate limit or a pause stops is held (limit.c) until it may send
- * again, then comes back first thing here.
- */
-static void
-pump(void)
-{
-	int			slots = relay_slots();
-	dlist_iter	iter;
-	dlist_mutable_iter miter;
-	TimestampTz now = GetCurrentTimestamp();
-	RelayEndpoint *released;
-
-	while ((released = limit_next_released(now)) != NULL)
-	{
-		make_ready(released);
-		show_in_flight(released);
-	}
-
-	/* Batches read since the last pump are at the end of the active list. */
-	dlist_reverse_foreach(iter, &active)
-	{
-		Batch	   *b = dlist_container(Batch, node, iter.cur);
-
-		if (b->pumped)
-			break;
-		b->pumped = true;
-		make_ready(b->ep);
-	}
-
-	/* Endpoints whose deliveries take no slot: each up to its cap. */
-	dlist_foreach_modify(miter, &ready)
-	{
-		RelayEndpoint *ep = dlist_container(RelayEndpoint, ready_node, miter.cur);
-
-		if (!target_takes_slot(ep->target))
-			pump_endpoint(ep, endpoint_cap(ep), slots, now);
-	}
-
-	while (!dlist_is_empty(&ready) && slots_taken < slots)
-	{
-		RelayEndpoint *ep = dlist_head_element(RelayEndpoint, ready_node, &ready);
-		int			cap = endpoint_cap(ep);
-		int			share = (slots + busy_endpoints) / (busy_endpoints + 1);
-
-		pump_endpoint(ep, Min(cap, share), slots, now);
-	}
-}
-
-/*
- * Say that deliveries to an endpoint fail, at most once a minute per
- * endpoint; the attempt log has every failure.
- */
-static void
-warn_failure(RelayEndpoint *ep, const TargetResult *res)
-{
-	TimestampTz now = GetCurrentTimestamp();
-
-	ep->failures_unreported++;
-	if (ep->last_warning != 0 &&
-		!TimestampDifferenceExceeds(ep->last_warning, now, WARNING_INTERVAL_MS))
-		return;
-	if (res->transport_error || res->rejected)
-		ereport(WARNING,
-				(errmsg("outbox deliveries to endpoint \"%s\" are failing", ep->name),
-				 errdetail("%d failed since the last report; the latest: %s.",
-						   ep->failures_unreported, res->error)));
-	else
-		ereport(WARNING,
-				(errmsg("outbox deliveries to endpoint \"%s\" are failing", ep->name),
-				 errdetail("%d failed since the last report; the latest got HTTP status %ld.",
-						   ep->failures_unreported, res->status)));
-	ep->last_warning = now;
-	ep->failures_unreported = 0;
-}
-
-/*
- * A delivery's attempt finished (or, for an authentication failure, was
- * never made): its outcome, from the result, and what it tells of its
- * endpoint.  Its slot is the caller's to give back.
- */
-static void
-conclude(Delivery *d, const TargetResult *res)
-{
-	Batch	   *b = d->batch;
-	Outcome		o;
-	bool		retry_class;
-	double		retry_after;
-
-	o = res->rejected ? OUTCOME_DEAD :
-		policy_classify(res->status, res->transport_error,
-						res->delivery[0] ? res->delivery : NULL);
-	d->next_at = 0;
-	if (policy_wants_disable(o, res->delivery[0] ? res->delivery : NULL))
-		b->disable_reason = res->status == 410 ? "410 Gone" :
-			"the receiver answered webhook-delivery: disable";
-	retry_class = o == OUTCOME_RETRY;
-	/*
-	 * A 401 to an OAuth2 token: the token is dropped (the next delivery
-	 * fetches another), and the event retried, not dead-lettered, unless
-	 * the receiver said abort-message.
-	 */
-	if (res->status == 401 && !res->transport_error && b->ep->auth != NULL &&
-		b->ep->auth->cfg.token_url != NULL)
-	{
-		credentials_refused(b->ep, d->auth_generation);
-		if (o == OUTCOME_DEAD &&
-			!(res->delivery[0] && pg_strcasecmp(res->delivery, "abort-message") == 0))
-			o = OUTCOME_RETRY;
-	}
-	if (o == OUTCOME_RETRY && d->attempt >= b->ep->max_attempts)
-		o = OUTCOME_DEAD;
-	retry_after = res->transport_error ? 0 :
-		policy_retry_after(res->retry_after, (double) time(NULL));
-	if (o == OUTCOME_RETRY || o == OUTCOME_DISABLE)
-	{
-		double		wait = policy_backoff(&outbox_schedule, d->attempt, res->status,
-										  retry_after,
-										  pg_prng_double(&pg_global_prng_state) * 2.0 - 1.0);
-
-		d->next_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), (int64) (wait * 1000.0));
-		/* Due when it expires at the latest: recorded expired then. */
-		if (d->deadline != 0 && d->next_at > d->deadline)
-			d->next_at = d->deadline;
-	}
-	/*
-	 * A 429 or 503 with Retry-After pauses the whole endpoint until then,
-	 * not only this event (limit.c); one that follows the stream reads on
-	 * its own meanwhile.
-	 */
-	if ((res->status == 429 || res->status == 503) && retry_after > 0)
-	{
-		ereport(DEBUG1,
-				(errmsg("outbox endpoint \"%s\" is paused for %.0f s: it answered %ld with Retry-After",
-						b->ep->name, Min(retry_after, LIMIT_MAX_PAUSE_SECS), res->status)));
-		limit_pause(b->ep, retry_after, GetCurrentTimestamp());
-		detach(b->ep);
-	}
-	delivery_settle(d, policy_outcome_kind(o));
-	if (o == OUTCOME_DELIVERED)
-		b->ep->consecutive_failures = 0;
-	else
-		b->ep->consecutive_failures++;
-	/*
-	 * What cuts the endpoint's cap: no answer in time, or one that asks to
-	 * try again (retry_failures).  A definite answer, a 4xx that
-	 * dead-letters an event included, shows a receiver that answers.
-	 */
-	if (retry_class)
-	{
-		b->ep->retry_failures++;
-		b->ep->failed_at = GetCurrentTimestamp();
-	}
-	else
-	{
-		b->ep->retry_failures = 0;
-		b->ep->lagged = false;
-	}
-	outbox_count(o == OUTCOME_DELIVERED ? RELAY_DELIVERIES : RELAY_FAILURES, 1);
-	outbox_count(RELAY_RETRIES, d->attempt > 1 ? 1 : 0);
-	outbox_count(RELAY_BYTES, res->bytes);
-	if (o != OUTCOME_DELIVERED)
-		warn_failure(b->ep, res);
-}
-
-/*
- * A delivery that cannot be sent because its endpoint's authentication
- * failed (an OAuth2 token could not be had): a failed attempt without a
- * request, the reason in its error, retried on the schedule.
- */
-static void
-fail_unsent(Delivery *d, const char *why)
-{
-	TargetResult *res = &d->result;
-
-	memset(res, 0, sizeof(*res));
-	res->transport_error = true;
-	strlcpy(res->error, why, sizeof(res->error));
-	conclude(d, res);
-}
-
-/*
- * Turn the results of finished deliveries, of every target, into outcomes;
- * an endpoint whose OAuth2 token request finished may send (or fail) its
- * deliveries.
- */
-static void
-collect(void)
-{
-	Delivery   *d;
-	RelayEndpoint *ep;
-
-	while ((d = target_next_done()) != NULL)
-	{
-		Batch	   *b = d->batch;
-
-		ep = b->ep;
-		last_answer_at = b->answered_at = GetCurrentTimestamp();
-		if (b->stream != NULL)
-		{
-			b->stream->answered++;
-			if (d->result.duration_ms >= SLOW_ANSWER_MS)
-				b->stream->slow_answers++;
-		}
-		conclude(d, &d->result);
-		ep->in_flight--;
-		in_flight--;
-		if (d->took_slot)
-			slots_taken--;
-		show_in_flight(ep);
-
-		/*
-		 * A slot of the endpoint's is free, and a delivery that waited
-		 * behind this one's key may go: back in the ready list if something
-		 * of it waits.  One with nothing left that may wait leaves it (and
-		 * the batch may be freed once recorded).
-		 */
-		if (may_wait(ep->page) || may_wait(ep->due))
-			make_ready(ep);
-		else
-			unready(ep);
-		update_busy(ep);
-	}
-	while ((ep = credentials_next_answered()) != NULL)
-		make_ready(ep);
 }
 
 /* What record_step records, and what each batch in it is. */
@@ -2043,7 +1521,7 @@ record_round(void)
 		 */
 		if (b->disable_reason != NULL)
 		{
-			detach(b->ep);
+			relay_detach(b->ep);
 			b->ep->active = false;
 		}
 		if (r.complete[i])
@@ -2147,7 +1625,7 @@ want_more(void)
  * for 100 endpoints that never answer).  A receiver that never answers
  * then costs the others a fraction of a second, not its timeout.  Laggards stop following (their
  * parts become their own pages) and are lagged: one request at a time
- * until an answer (endpoint_cap).  But when most followers are laggards
+ * until an answer (pump_endpoint_cap).  But when most followers are laggards
  * and nothing at all was answered lately, the relay itself, or every
  * receiver, may be stalled: detaching them all would only make each read
  * on its own (seen once in bench case 12 with a starved relay: 900
@@ -2181,7 +1659,7 @@ detach_laggards(void)
 			slow = lappend(slow, b->ep);
 	}
 	if (list_length(slow) * 2 > followers &&
-		TimestampDifferenceExceeds(last_answer_at, now, DETACH_AFTER_MS) &&
+		TimestampDifferenceExceeds(pump_last_answer_at(), now, DETACH_AFTER_MS) &&
 		!TimestampDifferenceExceeds(p->progress_at, now, DETACH_HOLD_MS))
 	{
 		list_free(slow);
@@ -2195,7 +1673,7 @@ detach_laggards(void)
 				(errmsg("outbox endpoint \"%s\" stops following the stream: its deliveries hold the others back",
 						ep->name)));
 		ep->lagged = true;
-		detach(ep);
+		relay_detach(ep);
 	}
 	list_free(slow);
 }
@@ -2363,10 +1841,10 @@ outbox_relay_main(Datum arg)
 			count_since(RELAY_SQL_US, now);
 		}
 
-		/* Collect first: finished requests make room for pump(). */
-		collect();
+		/* Collect first: finished requests make room for pump_run(). */
+		pump_collect();
 		detach_laggards();
-		pump();
+		pump_run(&active);
 		step_start = GetCurrentTimestamp();
 		record_round();
 		count_since(RELAY_SQL_US, step_start);
@@ -2381,7 +1859,7 @@ outbox_relay_main(Datum arg)
 		 * WAKE_COALESCE_MS while idle: every emitting commit sets the latch,
 		 * and waking for each would take a core from the emitters.
 		 */
-		if (in_flight == 0 && last_wake != 0 &&
+		if (pump_in_flight() == 0 && last_wake != 0 &&
 			!TimestampDifferenceExceeds(last_wake, GetCurrentTimestamp(), WAKE_COALESCE_MS))
 			(void) WaitLatch(MyLatch, WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 							 WAKE_COALESCE_MS, PG_WAIT_EXTENSION);
@@ -2397,7 +1875,7 @@ outbox_relay_main(Datum arg)
 		if (until_release >= 0)
 			until_poll = Min(until_poll, until_release);
 		step_start = GetCurrentTimestamp();
-		waiting_on_http = in_flight > 0;
+		waiting_on_http = pump_in_flight() > 0;
 		if (target_wait(Max(until_poll, 0)))
 		{
 			read_now = true;

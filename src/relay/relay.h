@@ -11,6 +11,11 @@
 
 #include "fmgr.h"
 
+#include "delivery.h"
+
 extern PGDLLEXPORT void outbox_relay_main(Datum arg);
+
+/* Stop an endpoint following the stream (relay.c; pump.c holds endpoints). */
+extern void relay_detach(RelayEndpoint *ep);
 
 #endif							/* OUTBOX_RELAY_H */

@@ -38,6 +38,7 @@ OBJS = \
 	src/relay/limit.o \
 	src/relay/relay.o \
 	src/relay/pump.o \
+	src/relay/endpoints.o \
 	src/relay/sender.o \
 	src/relay/credentials.o
 DATA = $(wildcard outbox--*.sql)

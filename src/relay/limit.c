@@ -15,17 +15,17 @@
  * not, or until the endpoint's row changes (limit_unpause: alter_endpoint,
  * pause_endpoint, resume_endpoint); the bucket fills meanwhile.
  *
- * pump() (relay.c) takes a token for each request it submits
+ * pump_run() (pump.c) takes a token for each request it submits
  * (limit_take).  An endpoint that has deliveries waiting but no token, or
  * is paused, leaves the ready list and is held here (limit_hold), in a
  * pairing heap by the time it may send again; the relay's wait ends by the
- * first of those times (limit_ms_to_release), and pump() puts the endpoints
- * whose time came back in the ready list (limit_next_released).  A held
- * endpoint so has no slot and no part in the fair share, and its deliveries
- * stay as they are: not sent, not failed, no attempt used.  So that a high
- * limit does not wake the relay for every request, a held endpoint is
- * released once its bucket has HOLD_MIN_MS worth of tokens (at least one,
- * at most its burst).
+ * first of those times (limit_ms_to_release), and pump_run() puts the
+ * endpoints whose time came back in the ready list (limit_next_released).
+ * A held endpoint so has no slot and no part in the fair share, and its
+ * deliveries stay as they are: not sent, not failed, no attempt used.  So
+ * that a high limit does not wake the relay for every request, a held
+ * endpoint is released once its bucket has HOLD_MIN_MS worth of tokens (at
+ * least one, at most its burst).
  *
  * Everything here is in the relay's memory: a relay that starts again
  * starts with full buckets and no pauses.
@@ -164,7 +164,7 @@ limit_unpause(RelayEndpoint *ep, TimestampTz now)
  * May ep follow the stream?  Not while paused: its part of a stream page
  * would hold the page, and so every endpoint that follows the stream,
  * while it waits.  It reads on its own instead.  (One that its limit
- * holds stops following as it is held: relay.c, hold().)
+ * holds stops following as it is held: pump.c, hold().)
  */
 bool
 limit_may_follow(const RelayEndpoint *ep, TimestampTz now)

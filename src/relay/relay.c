@@ -49,6 +49,7 @@
 
 #include "credentials.h"
 #include "delivery.h"
+#include "endpoints.h"
 #include "guc.h"
 #include "limit.h"
 #include "policy.h"
@@ -363,138 +364,6 @@ link_same_key(Batch *b)
 				d->prev_same_key = j;
 				break;
 			}
-	}
-}
-
-static void
-free_endpoint_strings(RelayEndpoint *ep)
-{
-	pfree(ep->name);
-	pfree(ep->url);
-	pfree(ep->headers);
-	for (int i = 0; i < ep->npatterns; i++)
-		pfree(ep->patterns[i]);
-	if (ep->patterns)
-		pfree(ep->patterns);
-	ep->patterns = NULL;
-	ep->npatterns = 0;
-}
-
-/*
- * Refresh the endpoint table from SQL (in a read step).  Each row's strings
- * are taken over by its entry.  Entries that disappeared and have nothing
- * in flight are removed; those with something in flight stay inactive until
- * it finishes.
- */
-static void
-load_endpoints(void)
-{
-	static bool first_load = true;	/* since this relay started */
-	HASH_SEQ_STATUS seq;
-	RelayEndpoint *ep;
-	EndpointRow *rows;
-	int			n = store_load_endpoints(&rows, relay_cxt);
-	TimestampTz now = GetCurrentTimestamp();
-
-	hash_seq_init(&seq, endpoints);
-	while ((ep = hash_seq_search(&seq)) != NULL)
-		ep->seen = false;
-
-	for (int i = 0; i < n; i++)
-	{
-		EndpointRow *row = &rows[i];
-		bool		found;
-
-		ep = hash_search(endpoints, &row->id, HASH_ENTER, &found);
-		if (!found)
-		{
-			memset(((char *) ep) + sizeof(int), 0, sizeof(RelayEndpoint) - sizeof(int));
-			/*
-			 * What a relay before us had in flight may have arrived; an
-			 * endpoint that appears later cannot have had anything in flight.
-			 */
-			ep->verify_page = first_load;
-			ep->verify_due = first_load;
-		}
-		else
-			free_endpoint_strings(ep);
-		ep->name = row->name;
-		ep->url = row->url;
-		ep->target = target_of_url(ep->url);
-		ep->headers = row->headers;
-		ep->patterns = row->patterns;
-		ep->npatterns = row->npatterns;
-		/*
-		 * The relay knows best whether an endpoint follows the stream: it
-		 * may have detached it without having recorded that yet.
-		 */
-		if (!found || !ep->detach)
-			ep->follows = row->follows;
-		ep->timeout_ms = row->timeout_ms;
-		ep->max_attempts = row->max_attempts;
-		ep->ordered = row->ordered;
-		ep->active = row->active;
-		ep->seen = true;
-
-		if (row->key_ok)
-		{
-			memcpy(ep->key, row->key, row->keylen);
-			ep->keylen = row->keylen;
-		}
-		else
-		{
-			ereport(WARNING,
-					(errmsg("outbox endpoint \"%s\" has an invalid signing secret; not delivering to it",
-							ep->name)));
-			ep->active = false;
-		}
-		memcpy(ep->old_key, row->old_key, row->old_keylen);
-		ep->old_keylen = row->old_keylen;
-		ep->max_in_flight = row->max_in_flight;
-		ep->max_age_ms = row->max_age_ms;
-		limit_set_rate(ep, row->rate_limit, now);
-		/* Changed (altered, paused, resumed): a Retry-After's pause ends. */
-		if (found && row->changed_at != ep->changed_at)
-			limit_unpause(ep, now);
-		ep->changed_at = row->changed_at;
-		if (row->format_ok)
-			ep->format = row->format;
-		else
-		{
-			/* (endpoints_format_check: cannot happen) */
-			ereport(WARNING,
-					(errmsg("outbox endpoint \"%s\" has an unknown format; not delivering to it",
-							ep->name)));
-			ep->active = false;
-		}
-		if (row->auth_problem != NULL)
-		{
-			/* (checked when stored, by _check_auth: cannot happen) */
-			ereport(WARNING,
-					(errmsg("outbox endpoint \"%s\" has invalid client authentication; not delivering to it",
-							ep->name),
-					 errdetail("%s.", row->auth_problem)));
-			ep->active = false;
-			credentials_free(ep);
-		}
-		else
-			credentials_load(ep, row->has_auth ? &row->auth : NULL, relay_cxt);
-	}
-	pfree(rows);
-
-	first_load = false;
-	hash_seq_init(&seq, endpoints);
-	while ((ep = hash_seq_search(&seq)) != NULL)
-	{
-		if (ep->seen)
-			continue;
-		ep->active = false;
-		if (ep->page == NULL && ep->due == NULL && !ep->detach && !ep->held)
-		{
-			free_endpoint_strings(ep);
-			credentials_free(ep);
-			hash_search(endpoints, &ep->id, HASH_REMOVE, NULL);
-		}
 	}
 }
 
@@ -998,7 +867,7 @@ read_step(void *arg)
 			endpoints_version = version;
 			endpoints_loaded_at = now;
 			endpoints_stale = false;
-			load_endpoints();
+			endpoints_load(endpoints, relay_cxt);
 			endpoints_loaded();
 		}
 		/* Retries come due with time, not with commits. */
@@ -1709,7 +1578,6 @@ outbox_relay_main(Datum arg)
 	Oid			dboid = DatumGetObjectId(arg);
 	int			slot;
 	char	   *dbname;
-	HASHCTL		ctl;
 	MemoryContext loop_cxt;
 	bool		read_now = true;
 	TimestampTz last_read = 0;
@@ -1750,11 +1618,7 @@ outbox_relay_main(Datum arg)
 	SetConfigOption("deadlock_timeout", "50ms", PGC_SUSET, PGC_S_OVERRIDE);
 
 	relay_cxt = AllocSetContextCreate(TopMemoryContext, "outbox relay", ALLOCSET_DEFAULT_SIZES);
-	memset(&ctl, 0, sizeof(ctl));
-	ctl.keysize = sizeof(int);
-	ctl.entrysize = sizeof(RelayEndpoint);
-	ctl.hcxt = relay_cxt;
-	endpoints = hash_create("outbox endpoints", 64, &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	endpoints = endpoints_create(relay_cxt);
 	credentials_start(endpoints);
 
 	/* The name, for messages (a catalog lookup needs a transaction). */

@@ -3,8 +3,8 @@
  * delivery.h
  *	  The delivery data model: endpoints as the relay knows them, the
  *	  deliveries of an event to an endpoint, the batches they come in, and
- *	  the stream's pages.  relay.c owns and schedules these; store.c copies
- *	  the events it reads into StreamEvents.
+ *	  the stream's pages.  relay.c and pump.c own and schedule these;
+ *	  store.c copies the events it reads into StreamEvents.
  *
  *-------------------------------------------------------------------------
  */
@@ -77,11 +77,11 @@ typedef struct RelayEndpoint
 								 * no definite answer since */
 	TimestampTz last_warning;	/* last "deliveries are failing" report */
 	int			failures_unreported;
-	/* requests in flight: pump() (DESIGN.md, The relay loop) */
+	/* requests in flight: pump_run() (DESIGN.md, The relay loop) */
 	int			max_in_flight;	/* its cap; 0: outbox.endpoint_concurrency */
 	bool		busy;			/* ready, or requests in flight: counted in
 								 * the fair share */
-	bool		ready;			/* in pump()'s list: deliveries may wait */
+	bool		ready;			/* in pump.c's ready list: deliveries may wait */
 	dlist_node	ready_node;
 	int			shown_at;		/* 1 + its entry in the shared table of
 								 * requests in flight (shmem.c), 0: none */
@@ -231,7 +231,7 @@ typedef struct Batch
 								 * finished (or it was read) */
 	bool		record_failed;	/* the last record failed or was refused */
 	dlist_node	node;			/* in the relay's list of batches */
-	bool		pumped;			/* pump() has seen it (its endpoint readied) */
+	bool		pumped;			/* pump_run() has seen it (its endpoint readied) */
 } Batch;
 
 extern Batch *delivery_new_batch(RelayEndpoint *ep, bool is_page, int n, MemoryContext cxt);

@@ -3,7 +3,7 @@
  * priority.c
  *	  Order a batch's deliveries by their events' priority (emit's
  *	  priority argument), highest first, before the relay submits them in
- *	  array order (relay.c, pump_batch).  What a batch holds is what the
+ *	  array order (pump.c, pump_batch).  What a batch holds is what the
  *	  relay holds for one endpoint at once: a part of a stream page, a page
  *	  of its own, or its due retries (which _read_due already returns
  *	  highest priority first).  Priority orders submission within that; it

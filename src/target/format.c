@@ -4,7 +4,7 @@
  *	  What a request looks like in each endpoint format (README.md,
  *	  "Formats"): its body, its Content-Type and, in CloudEvents binary
  *	  mode, the ce-* headers of the event's attributes.  Signing and the
- *	  other headers are the relay's, the same in every format (relay.c,
+ *	  other headers are the relay's, the same in every format (pump.c,
  *	  submit).
  *
  * Standard Webhooks: {"type": ..., "timestamp": ..., "data": payload}.

@@ -29,7 +29,6 @@
 
 #include "access/xact.h"
 #include "access/xlog.h"
-#include "common/pg_prng.h"
 #include "commands/dbcommands.h"
 #include "executor/spi.h"
 #include "miscadmin.h"

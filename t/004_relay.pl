@@ -510,6 +510,9 @@ SELECT outbox.create_endpoint('swapped', '$url/swapped', '{*}');
 COMMIT;});
 my $r2 = $node->safe_psql('postgres', q{SELECT outbox.emit('swap.created', '{"swapped": true}')});
 ok(wait_received($log, got_all('/swapped', $r2)), 'after DROP and CREATE EXTENSION in one transaction, an endpoint receives');
+ok( $node->poll_query_until('postgres',
+		"SELECT count(*) >= 1 FROM outbox.attempts WHERE endpoint = 'swapped' AND status = 200"),
+	'and its delivery is recorded');
 ok(log_wait(qr/outbox relay leaves database "postgres": outbox was dropped and created again/, $log_before_swap),
 	'the old relay said why it left');
 

@@ -211,12 +211,13 @@ outbox_uuid_text(const pg_uuid_t *uuid, char *out)
 
 /*
  * An emit time as RFC 3339 in UTC with microseconds, as 1.3's SQL wrote
- * it (to_char 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), into out[OUTBOX_TIME_LEN].
- * created_at is the emitting transaction's start, never infinite; should
- * one be, the Unix epoch stands in rather than failing every read.
+ * it (to_char 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), into out[OUTBOX_TIME_LEN]:
+ * the CloudEvents time, and the brokers' timestamp header.  created_at is
+ * the emitting transaction's start, never infinite; should one be, the
+ * Unix epoch stands in rather than failing every read.
  */
-static void
-format_time(TimestampTz t, char *out)
+void
+outbox_format_time(TimestampTz t, char *out)
 {
 	struct pg_tm tm;
 	fsec_t		fsec;
@@ -241,7 +242,7 @@ outbox_format_body(OutboxFormat format, const EventParts *ev)
 	if (format == OUTBOX_FORMAT_CLOUDEVENTS_BINARY)
 		return pnstrdup(ev->data, ev->data_len);
 
-	format_time(ev->emitted_at, time);
+	outbox_format_time(ev->emitted_at, time);
 	initStringInfo(&buf);
 	enlargeStringInfo(&buf, ev->data_len + 256);
 	if (format == OUTBOX_FORMAT_STANDARD_WEBHOOKS)
@@ -287,7 +288,7 @@ outbox_format_headers(OutboxFormat format, const EventParts *ev, char **lines)
 	if (format != OUTBOX_FORMAT_CLOUDEVENTS_BINARY)
 		return n;
 	ensure_source();
-	format_time(ev->emitted_at, time);
+	outbox_format_time(ev->emitted_at, time);
 	outbox_uuid_text(ev->event_id, id);
 	lines[n++] = pstrdup("ce-specversion: 1.0");
 	lines[n++] = psprintf("ce-id: %s", id);

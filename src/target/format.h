@@ -47,6 +47,7 @@ extern void outbox_format_set_database(const char *dbname);
 extern void outbox_format_source_changed(void);
 extern bool outbox_uri_reference_valid(const char *s);
 extern void outbox_uuid_text(const pg_uuid_t *uuid, char *out);
+extern void outbox_format_time(TimestampTz t, char *out);
 extern char *outbox_format_body(OutboxFormat format, const EventParts *ev);
 extern int	outbox_format_headers(OutboxFormat format, const EventParts *ev, char **lines);
 extern bool outbox_format_sets_header(OutboxFormat format, const char *line);

@@ -648,28 +648,6 @@ topic_of(const Producer *p, const char *type, char *out)
 	out[n] = '\0';
 }
 
-/* The emit time as RFC 3339 in UTC, microseconds included. */
-static void
-emit_time(TimestampTz t, char *out, size_t len)
-{
-	int64		secs = t / USECS_PER_SEC +
-		(int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY;
-	int			usecs = (int) (t % USECS_PER_SEC);
-	time_t		tt;
-	struct tm	tm;
-	char		date[32];
-
-	if (usecs < 0)
-	{
-		usecs += USECS_PER_SEC;
-		secs--;
-	}
-	tt = (time_t) secs;
-	gmtime_r(&tt, &tm);
-	strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%S", &tm);
-	snprintf(out, len, "%s.%06dZ", date, usecs);
-}
-
 /*
  * Add a "Name: value" line as a message header.  A format's lines follow
  * the Kafka binding of CloudEvents: names in lower case, "ce-" attributes
@@ -753,7 +731,7 @@ kafka_submit(Delivery *d, int relay_in_flight)
 	p->in_flight++;
 	kafka_in_flight++;
 	topic_of(p, d->type, topic);
-	emit_time(d->emitted_at, when, sizeof(when));
+	outbox_format_time(d->emitted_at, when);
 	timestamp_ms = d->emitted_at / 1000 +
 		(int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY * 1000;
 
@@ -866,14 +844,7 @@ kafka_start(void)
 {
 	if (wake_pipe[0] >= 0)
 		return;
-	if (pipe(wake_pipe) != 0)
-		elog(ERROR, "could not create a pipe: %m");
-	for (int i = 0; i < 2; i++)
-	{
-		(void) fcntl(wake_pipe[i], F_SETFL, O_NONBLOCK);
-		(void) fcntl(wake_pipe[i], F_SETFD, FD_CLOEXEC);
-	}
-	http_wait_also(wake_pipe[0]);
+	target_wake_pipe(wake_pipe);
 }
 
 /* After a reload: producers made under other allowed networks retire. */

@@ -621,28 +621,6 @@ subject_of(const NatsConn *c, const char *type)
 	return s.data;
 }
 
-/* The emit time as RFC 3339 in UTC, microseconds included. */
-static void
-emit_time(TimestampTz t, char *out, size_t len)
-{
-	int64		secs = t / USECS_PER_SEC +
-		(int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY;
-	int			usecs = (int) (t % USECS_PER_SEC);
-	time_t		tt;
-	struct tm	tm;
-	char		date[32];
-
-	if (usecs < 0)
-	{
-		usecs += USECS_PER_SEC;
-		secs--;
-	}
-	tt = (time_t) secs;
-	gmtime_r(&tt, &tm);
-	strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%S", &tm);
-	snprintf(out, len, "%s.%06dZ", date, usecs);
-}
-
 /* Is an event's header of this "name: value" line one we do not send? */
 static bool
 header_reserved(const char *line)
@@ -769,7 +747,7 @@ nats_submit(Delivery *d, int relay_in_flight)
 				 strlen(subject), NATS_SUBJECT_SENT_MAX);
 		return;
 	}
-	emit_time(d->emitted_at, when, sizeof(when));
+	outbox_format_time(d->emitted_at, when);
 	s = natsMsg_Create(&msg, subject, NULL, d->body, (int) strlen(d->body));
 	if (s == NATS_OK)
 		s = natsMsgHeader_Set(msg, "Nats-Msg-Id", d->event_id_str);
@@ -1063,14 +1041,7 @@ nats_start(void)
 
 	if (wake_pipe[0] >= 0)
 		return;
-	if (pipe(wake_pipe) != 0)
-		elog(ERROR, "could not create a pipe: %m");
-	for (int i = 0; i < 2; i++)
-	{
-		(void) fcntl(wake_pipe[i], F_SETFL, O_NONBLOCK);
-		(void) fcntl(wake_pipe[i], F_SETFD, FD_CLOEXEC);
-	}
-	http_wait_also(wake_pipe[0]);
+	target_wake_pipe(wake_pipe);
 	ctl.keysize = sizeof(natsMsg *);
 	ctl.entrysize = sizeof(NatsInFlight);
 	ctl.hcxt = TopMemoryContext;

@@ -1110,29 +1110,6 @@ relay_wake_self(void)
 		return;
 }
 
-/* The emit time as RFC 3339 in UTC, microseconds included. */
-static void
-emit_time(TimestampTz t, int64 *unix_secs, char *out, size_t len)
-{
-	int64		secs = t / USECS_PER_SEC +
-		(int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY;
-	int			usecs = (int) (t % USECS_PER_SEC);
-	time_t		tt;
-	struct tm	tm;
-	char		date[32];
-
-	if (usecs < 0)
-	{
-		usecs += USECS_PER_SEC;
-		secs--;
-	}
-	*unix_secs = secs;
-	tt = (time_t) secs;
-	gmtime_r(&tt, &tm);
-	strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%S", &tm);
-	snprintf(out, len, "%s.%06dZ", date, usecs);
-}
-
 /* Copy len bytes of s to *at as a NUL-terminated string; advance *at. */
 static char *
 put(char **at, const char *s, size_t len)
@@ -1200,7 +1177,8 @@ message_new(Delivery *d, Publisher *p)
 	parts.key = d->key;
 	n_format = outbox_format_headers(ep->format, &parts, format_lines);
 	n_headers = 2 + (d->key != NULL) + n_format + d->n_event_headers;
-	emit_time(d->emitted_at, &secs, when, sizeof(when));
+	outbox_format_time(d->emitted_at, when);
+	secs = (int64) (timestamptz_to_time_t(d->emitted_at));
 	size = MAXALIGN(sizeof(AmqpMessage)) + MAXALIGN(sizeof(amqp_table_entry_t) * n_headers) +
 		key_len + 1 + body_len + 1 + strlen(d->event_id_str) + 1 + type_len + 1 +
 		ekey_len + 1 + strlen(when) + 1 + sizeof("type") + sizeof("key") + sizeof("timestamp");
@@ -1426,14 +1404,7 @@ rabbitmq_start(void)
 {
 	if (relay_wake[0] >= 0)
 		return;
-	if (pipe(relay_wake) != 0)
-		elog(ERROR, "could not create a pipe: %m");
-	for (int i = 0; i < 2; i++)
-	{
-		(void) fcntl(relay_wake[i], F_SETFL, O_NONBLOCK);
-		(void) fcntl(relay_wake[i], F_SETFD, FD_CLOEXEC);
-	}
-	http_wait_also(relay_wake[0]);
+	target_wake_pipe(relay_wake);
 }
 
 /* After a reload: publishers made under other allowed networks retire. */

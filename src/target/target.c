@@ -14,6 +14,9 @@
  */
 #include "postgres.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include "delivery.h"
 #include "guc.h"
 #include "http.h"
@@ -47,6 +50,24 @@ bool
 target_takes_slot(TargetKind kind)
 {
 	return targets[kind]->takes_slot;
+}
+
+/*
+ * Make the pipe through which a target's own threads wake the relay: both
+ * ends non-blocking and closed on exec, the reading end in the relay's wait
+ * (http_wait_also).  For the broker targets, at the relay's start.
+ */
+void
+target_wake_pipe(int fds[2])
+{
+	if (pipe(fds) != 0)
+		elog(ERROR, "could not create a pipe: %m");
+	for (int i = 0; i < 2; i++)
+	{
+		(void) fcntl(fds[i], F_SETFL, O_NONBLOCK);
+		(void) fcntl(fds[i], F_SETFD, FD_CLOEXEC);
+	}
+	http_wait_also(fds[0]);
 }
 
 /*

@@ -1027,7 +1027,7 @@ REVOKE ALL ON FUNCTION outbox.emit(text, jsonb, text, jsonb, timestamptz, text, 
 
 -- Endpoint URLs may name a Kafka cluster and topic (the Kafka target), or
 -- NATS servers and a JetStream subject (the NATS target).
-COMMENT ON FUNCTION outbox._check_url(text) IS 'internal: validate an endpoint URL (http, https, kafka or nats), return it normalized';
+COMMENT ON FUNCTION outbox._check_url(text) IS 'internal: validate an endpoint URL (http, https, kafka, nats or amqp), return it normalized';
 
 ----------------------------------------------------------------------------
 -- Rate limits per endpoint (issue 14, item 1)

@@ -52,7 +52,7 @@ COMMENT ON FUNCTION outbox._raw_size(jsonb) IS
 
 CREATE FUNCTION outbox._check_url(url text) RETURNS text
 LANGUAGE c STRICT IMMUTABLE AS 'MODULE_PATHNAME', 'outbox_check_url';
-COMMENT ON FUNCTION outbox._check_url(text) IS 'internal: validate an endpoint URL (http, https, kafka or nats), return it normalized';
+COMMENT ON FUNCTION outbox._check_url(text) IS 'internal: validate an endpoint URL (http, https, kafka, nats or amqp), return it normalized';
 
 CREATE FUNCTION outbox._check_event_types(patterns text[]) RETURNS text[]
 LANGUAGE c IMMUTABLE AS 'MODULE_PATHNAME', 'outbox_check_event_types';

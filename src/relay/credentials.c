@@ -315,15 +315,17 @@ credentials_next_answered(void)
 }
 
 /*
- * A token request finished: keep its token, or note why it failed, and
- * note the endpoint whose deliveries wait for it (credentials_next_answered)
- * unless the endpoint or its auth went meanwhile.  The request is freed.
+ * A token request finished: keep its token, or note why it failed (unless
+ * the endpoint's auth changed meanwhile), and note the endpoint, if it is
+ * still there, as one whose deliveries may go again
+ * (credentials_next_answered).  The request is freed.
  */
 void
 credentials_fetch_done(HttpRequest *req)
 {
 	TokenFetch *f = (TokenFetch *) req->owner;
 	RelayEndpoint *ep = hash_search(endpoint_table, &f->endpoint_id, HASH_FIND, NULL);
+	RelayEndpoint *found = ep;
 	EndpointAuth *a = ep != NULL ? ep->auth : NULL;
 	char		why[CURL_ERROR_SIZE];
 	char	   *token;
@@ -365,11 +367,17 @@ credentials_fetch_done(HttpRequest *req)
 	pfree(f->url);
 	pfree(f->body);
 	pfree(f);
-	if (ep != NULL)
+
+	/*
+	 * The endpoint may go again even when this answer was for an auth it
+	 * no longer has (changed or removed while the request ran): it left
+	 * the ready list to wait for a token, and only an answer puts it back.
+	 */
+	if (found != NULL)
 	{
 		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
 
-		answered = lappend_int(answered, ep->id);
+		answered = lappend_int(answered, found->id);
 		MemoryContextSwitchTo(old);
 	}
 }

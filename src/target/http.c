@@ -162,7 +162,7 @@ http_check_url(const char *url, const char *what)
 	}
 	else if (curl_url_get(h, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
 			 (strcmp(scheme, "http") != 0 && strcmp(scheme, "https") != 0))
-		problem = "Only http, https, kafka, nats and amqp URLs are accepted.";
+		problem = "Only http and https URLs are accepted here (an endpoint URL may also be kafka://, nats:// or amqp://).";
 	else if (curl_url_get(h, CURLUPART_HOST, &host, 0) != CURLUE_OK || host[0] == '\0')
 		problem = "The URL has no host.";
 	else if (curl_url_get(h, CURLUPART_PORT, &port, 0) == CURLUE_OK && strcmp(port, "0") == 0)

@@ -225,6 +225,27 @@ my $x2 = sql(q{SELECT outbox.emit('x.event', '{}')});
 ok(wait_received($log, got_all('/oauth-exp', $x2)), 'expiring token: second event delivered');
 is(scalar(grep { $_->{path} eq '/token3' } received($log)), 2, 'expiring token: fetched again');
 
+# The auth changed while its token request is out (the token server takes
+# 3 s): the answer, for an auth the endpoint no longer has, still lets the
+# endpoint's waiting delivery go, without a token now.
+my $token6 = "$url/token6?token=1&delay=3&client_id=outbox+client&secret_md5=$md5";
+sql("SELECT outbox.create_endpoint('oauth-swap', '$url/oauth-swap', '{w.*}', "
+	  . 'auth => ' . oauth_auth($token6, $secret) . ')');
+my $w1 = sql(q{SELECT outbox.emit('w.event', '{}')});
+my $asked_at = sql('SELECT clock_timestamp()');
+$node->poll_query_until('postgres', "SELECT clock_timestamp() > '$asked_at'::timestamptz + interval '1 second'")
+  or die 'clock did not move';
+sql(q{SELECT outbox.alter_endpoint('oauth-swap', auth => '{}')});
+{
+	my $got;
+	for (my $i = 0; $i < 200 && !$got; $i++)
+	{
+		$got = got_all('/oauth-swap', $w1)->(received($log));
+		usleep(100_000) unless $got;
+	}
+	ok($got, 'auth changed during a token request: the delivery goes once the answer comes');
+}
+
 ########################################################################
 # Authentication failures: recorded as such, retried
 ########################################################################

@@ -255,6 +255,17 @@ def build_rows_issue11(r, row):
             rate_and_cpu(r, "ctl_on"), f"off {rate_and_cpu(r, 'ctl_off')}",
             fmt(ratio(on, off)), "≥ 0.95", ratio(on, off) >= 0.95)
 
+    # auth, format: a bearer token and CloudEvents against neither (issue 14)
+    for name, label, base in (("auth", "with a bearer token (auth)", "without"),
+                              ("ce", "in CloudEvents (structured)", "Standard Webhooks")):
+        if f"{name}_on.rate" in r:
+            on, off = num(r, f"{name}_on.rate"), num(r, f"{name}_off.rate")
+            row(f"{'auth' if name == 'auth' else 'format'}: one endpoint {label}, "
+                f"{int(num(r, f'{name}_on.deliveries')):,} events, median of "
+                f"{len(r[f'{name}_on.rounds'].split(','))} rounds",
+                rate_and_cpu(r, f"{name}_on"), f"{base} {rate_and_cpu(r, f'{name}_off')}",
+                fmt(ratio(on, off)), "≥ 0.95", ratio(on, off) >= 0.95)
+
     # 13. HTTPS
     if "tls_http.rate" in r:
         http = num(r, "tls_http.rate")

@@ -19,7 +19,9 @@
 # with every relay setting at the server's default.  Case 14 (Kafka,
 # bench/kafka.sh: KAFKA_EVENTS, KAFKA_ROUNDS), case 15 (NATS JetStream,
 # bench/nats.sh: NATS_EVENTS, NATS_ROUNDS) and case 16 (RabbitMQ,
-# bench/rabbitmq.sh: AMQP_EVENTS, AMQP_ROUNDS) run only when named.
+# bench/rabbitmq.sh: AMQP_EVENTS, AMQP_ROUNDS) run only when named, as do
+# the cases of the delivery controls (issue 14): "expiry", "rate", "auth"
+# and "format", each one endpoint with a control on against off.
 # BENCH_CASES="8 9" runs only the cases named ("perf" is the profile pass); such a run writes
 # bench/RESULTS.partial.md instead of RESULTS.md and draws no plots.  With
 # today's relay a whole run takes about 18 minutes on 2 cores, cases 8 to
@@ -1027,6 +1029,51 @@ case_kafka()
 	RESULTS=$RESULTS PY=$PY PATH=$PGBIN:$PATH bash "$BENCH/kafka.sh"
 }
 
+# on_off NAME ROUNDS ARGS: case 8's endpoint without and with
+# alter_endpoint(..., ARGS), ROUNDS rounds in turn, which goes first
+# alternating from round to round; the medians count (NAME_on against
+# NAME_off).
+on_off()
+{
+	local name=$1 rounds=$2 args=$3 round mode modes
+
+	for round in $(seq "$rounds"); do
+		modes="off on"
+		[ $((round % 2)) -eq 1 ] || modes="on off"
+		for mode in $modes; do
+			fresh_outbox
+			new_endpoint "${name}_$mode$round" "http://127.0.0.1:$NGINX_PORT/one"
+			if [ "$mode" = on ]; then
+				sql "SELECT outbox.alter_endpoint('${name}_on$round', $args)" >/dev/null
+			fi
+			emit_backlog "$MANY_EVENTS"
+			deliver "${name}_${mode}_$round" "${name}_$mode$round" "${name}_$mode$round" "$MANY_EVENTS" "$MANY_TIMEOUT"
+			check_delivered "${name}_$mode$round" "$MANY_EVENTS"
+		done
+	done
+	keep_median_round "${name}_off"
+	keep_median_round "${name}_on"
+}
+
+# Case "auth" (issue 14, item 5): case 8's endpoint without and with a
+# bearer token (auth), and case "format" (item 4): with Standard Webhooks
+# and with CloudEvents (structured mode); CONTROL_ROUNDS rounds each.
+case_auth()
+{
+	use_default_settings
+	log "case auth: one endpoint, $MANY_EVENTS events, without and with a bearer token;" \
+		"$CONTROL_ROUNDS rounds in turn (the medians count)"
+	on_off auth "$CONTROL_ROUNDS" "auth => '{\"bearer\": \"bench-token-0123456789abcdef\"}'"
+}
+
+case_format()
+{
+	use_default_settings
+	log "case format: one endpoint, $MANY_EVENTS events, Standard Webhooks and CloudEvents;" \
+		"$CONTROL_ROUNDS rounds in turn (the medians count)"
+	on_off ce "$CONTROL_ROUNDS" "format => 'cloudevents'"
+}
+
 # Case "rate" (issue 14, item 1): one endpoint limited to LIMIT_RATE
 # requests a second, with LIMIT_SECONDS worth of events waiting: the rate it
 # gets against its limit.  Then case 8's endpoint without a limit and with
@@ -1047,22 +1094,7 @@ case_rate_limit()
 	result limited.limit "$LIMIT_RATE"
 	log "  one endpoint, $MANY_EVENTS events, without a limit and with rate_limit $LIMIT_HIGH;" \
 		"$LIMIT_ROUNDS rounds in turn (the medians count)"
-	for round in $(seq "$LIMIT_ROUNDS"); do
-		modes="off on"
-		[ $((round % 2)) -eq 1 ] || modes="on off"
-		for mode in $modes; do
-			fresh_outbox
-			new_endpoint "limit_$mode$round" "http://127.0.0.1:$NGINX_PORT/one"
-			if [ "$mode" = on ]; then
-				sql "SELECT outbox.alter_endpoint('limit_on$round', rate_limit => $LIMIT_HIGH)" >/dev/null
-			fi
-			emit_backlog "$MANY_EVENTS"
-			deliver "limit_${mode}_$round" "limit_$mode$round" "limit_$mode$round" "$MANY_EVENTS" "$MANY_TIMEOUT"
-			check_delivered "limit_$mode$round" "$MANY_EVENTS"
-		done
-	done
-	keep_median_round limit_off
-	keep_median_round limit_on
+	on_off limit "$LIMIT_ROUNDS" "rate_limit => $LIMIT_HIGH"
 	result limit_on.limit "$LIMIT_HIGH"
 }
 
@@ -1135,6 +1167,8 @@ main()
 	run_case expiry case_controls
 	run_case 14 case_kafka
 	run_case rate case_rate_limit
+	run_case auth case_auth
+	run_case format case_format
 	run_case 15 case_nats
 	run_case 16 case_rabbitmq
 

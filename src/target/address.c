@@ -197,6 +197,13 @@ embedded_ipv4(const uint8 *a6, uint8 v4[2][4], const char **kind)
 	return 0;
 }
 
+/* Do two network lists allow the same networks, in the same order? */
+bool
+address_networks_equal(const NetworkList *a, const NetworkList *b)
+{
+	return a->n == b->n && memcmp(a->nets, b->nets, sizeof(Network) * a->n) == 0;
+}
+
 /*
  * NULL when the relay may connect to sa, else why not.  The reason is a
  * static string, or for an IPv4 address inside an IPv6 one a buffer of the

@@ -26,6 +26,7 @@ typedef struct NetworkList
 } NetworkList;
 
 extern bool address_parse_networks(const char *text, NetworkList *list, const char **error);
+extern bool address_networks_equal(const NetworkList *a, const NetworkList *b);
 extern const char *address_refusal(const struct sockaddr *sa, const NetworkList *allowed);
 
 #endif							/* OUTBOX_ADDRESS_H */

@@ -551,8 +551,7 @@ connect_policy_now(ConnectPolicy *p)
 static bool
 connect_policy_changed(const ConnectPolicy *a, const ConnectPolicy *b)
 {
-	if (a->allowed.n != b->allowed.n ||
-		memcmp(a->allowed.nets, b->allowed.nets, sizeof(Network) * a->allowed.n) != 0 ||
+	if (!address_networks_equal(&a->allowed, &b->allowed) ||
 		strcmp(a->ca_file, b->ca_file) != 0 || a->ca_found != b->ca_found)
 		return true;
 	return a->ca_found &&

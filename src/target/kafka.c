@@ -680,14 +680,7 @@ add_header_line(rd_kafka_headers_t *h, const char *line, bool format_line)
 static void
 done_make_room(void)
 {
-	int			want = kafka_in_flight + n_done + 1;
-
-	if (want <= done_room)
-		return;
-	want = Max(want, Max(64, done_room * 2));
-	done = done == NULL ? MemoryContextAlloc(TopMemoryContext, sizeof(Delivery *) * want) :
-		repalloc(done, sizeof(Delivery *) * want);
-	done_room = want;
+	target_reserve(&done, &done_room, kafka_in_flight + n_done + 1);
 }
 
 /*
@@ -852,9 +845,7 @@ void
 kafka_configure(void)
 {
 	for (Producer *p = producers; p != NULL; p = p->next)
-		if (p->allowed.n != outbox_allowed_networks.n ||
-			memcmp(p->allowed.nets, outbox_allowed_networks.nets,
-				   sizeof(Network) * p->allowed.n) != 0)
+		if (!address_networks_equal(&p->allowed, &outbox_allowed_networks))
 			p->retired = true;
 }
 

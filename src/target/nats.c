@@ -661,14 +661,7 @@ add_header_line(natsMsg *msg, const char *line, bool set)
 static void
 done_make_room(void)
 {
-	int			want = nats_in_flight + n_done + 1;
-
-	if (want <= done_room)
-		return;
-	want = Max(want, Max(64, done_room * 2));
-	done = done == NULL ? MemoryContextAlloc(TopMemoryContext, sizeof(Delivery *) * want) :
-		repalloc(done, sizeof(Delivery *) * want);
-	done_room = want;
+	target_reserve(&done, &done_room, nats_in_flight + n_done + 1);
 }
 
 /* A delivery's outcome is known without an answer: queue it, wake up. */
@@ -1054,9 +1047,7 @@ void
 nats_configure(void)
 {
 	for (NatsConn *c = conns; c != NULL; c = c->next)
-		if (c->allowed.n != outbox_allowed_networks.n ||
-			memcmp(c->allowed.nets, outbox_allowed_networks.nets,
-				   sizeof(Network) * c->allowed.n) != 0)
+		if (!address_networks_equal(&c->allowed, &outbox_allowed_networks))
 			c->retired = true;
 }
 

@@ -1412,9 +1412,7 @@ void
 rabbitmq_configure(void)
 {
 	for (Publisher *p = publishers; p != NULL; p = p->next)
-		if (p->allowed.n != outbox_allowed_networks.n ||
-			memcmp(p->allowed.nets, outbox_allowed_networks.nets,
-				   sizeof(Network) * p->allowed.n) != 0)
+		if (!address_networks_equal(&p->allowed, &outbox_allowed_networks))
 			p->retired = true;
 }
 

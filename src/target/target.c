@@ -17,6 +17,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include "utils/memutils.h"
+
 #include "delivery.h"
 #include "guc.h"
 #include "http.h"
@@ -50,6 +52,21 @@ bool
 target_takes_slot(TargetKind kind)
 {
 	return targets[kind]->takes_slot;
+}
+
+/*
+ * Make room in a target's list of finished deliveries (in TopMemoryContext)
+ * for want of them: it grows at least twofold, from 64.
+ */
+void
+target_reserve(struct Delivery ***list, int *room, int want)
+{
+	if (want <= *room)
+		return;
+	want = Max(want, Max(64, *room * 2));
+	*list = *list == NULL ? MemoryContextAlloc(TopMemoryContext, sizeof(struct Delivery *) * want) :
+		repalloc(*list, sizeof(struct Delivery *) * want);
+	*room = want;
 }
 
 /*

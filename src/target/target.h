@@ -89,6 +89,7 @@ extern TargetKind target_of_url(const char *url);
 extern bool target_takes_slot(TargetKind kind);
 
 extern void target_wake_pipe(int fds[2]);
+extern void target_reserve(struct Delivery ***list, int *room, int want);
 extern void target_start(void);
 extern void target_configure(void);
 extern void target_submit(struct Delivery *d, TargetKind kind, int relay_in_flight);

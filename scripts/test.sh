@@ -151,7 +151,8 @@ TIERS=" ${OUTBOX_TIERS:-regress isolation tap} "
 [[ $TIERS == *" regress "* ]] && run_tier regress ISOLATION= TAP_TESTS=
 [[ $TIERS == *" isolation "* ]] && run_tier isolation REGRESS= TAP_TESTS=
 if [[ $TIERS == *" tap "* ]] && compgen -G "$SCRATCH/t/*.pl" >/dev/null; then
-	run_tier tap REGRESS= ISOLATION= ${PROVE_TESTS:+PROVE_TESTS="$PROVE_TESTS"}
+	# --timer: each file's time, to keep the suite within its budget.
+	run_tier tap REGRESS= ISOLATION= PROVE_FLAGS=--timer ${PROVE_TESTS:+PROVE_TESTS="$PROVE_TESTS"}
 fi
 
 echo "$PASSED passed, $FAILED failed"

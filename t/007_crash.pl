@@ -432,8 +432,11 @@ SELECT '/' || a.endpoint || ' ' || a.event_id FROM outbox.attempts a WHERE a.err
 			}
 			my $k = "$r->{path} $eid";
 			$n{$k}++;
-			$first{$k} //= $r->{t};
-			$last{$k} = $r->{t};
+			# The receiver logs a request when it answers, so the log's
+			# order is not the order of receipt: take the earliest and the
+			# latest receipt.
+			$first{$k} = $r->{t} if !defined $first{$k} || $r->{t} < $first{$k};
+			$last{$k} = $r->{t} if !defined $last{$k} || $r->{t} > $last{$k};
 		}
 		close $fh;
 	}

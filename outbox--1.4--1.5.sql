@@ -145,6 +145,63 @@ AS $$
      WHERE p.endpoint_id = eid
 $$;
 
+-- The same for every endpoint at once, for the views.  Asked endpoint by
+-- endpoint, the question costs endpoints x events: every endpoint walks
+-- the events past its position.  Endpoints that follow the stream share
+-- its position, so the events past each distinct position are counted
+-- once, by event type, and each endpoint then adds up the types it
+-- subscribes to: the cost is the events past the distinct positions plus
+-- endpoints x event types.
+CREATE FUNCTION outbox._unread_all()
+RETURNS TABLE (endpoint_id integer, n bigint, oldest timestamptz)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+SET jit = off
+AS $$
+    WITH pos AS (
+        SELECT p.endpoint_id, p.snap, p.next_snap, p.after_id,
+               dense_rank() OVER (ORDER BY p.snap::text, p.next_snap::text, p.after_id) AS k
+          FROM outbox._positions p
+    ), owed AS (
+        SELECT d.k, e.event_type, count(*) AS n, min(e.created_at) AS oldest
+          FROM (SELECT DISTINCT ON (pos.k) pos.k, pos.snap, pos.next_snap, pos.after_id
+                  FROM pos ORDER BY pos.k) d
+          JOIN outbox.events e
+            ON outbox._not_passed(d.snap, d.next_snap, d.after_id, e.txid, e.id)
+           AND pg_visible_in_snapshot(e.txid, pg_current_snapshot())
+         GROUP BY d.k, e.event_type
+    ), subscribed AS (
+        SELECT ep.id, outbox._like_patterns(ep.event_types) AS patterns FROM outbox.endpoints ep
+    )
+    SELECT pos.endpoint_id, coalesce(sum(o.n), 0)::bigint, min(o.oldest)
+      FROM pos
+      JOIN subscribed s ON s.id = pos.endpoint_id
+      LEFT JOIN owed o ON o.k = pos.k AND o.event_type LIKE ANY (s.patterns)
+     GROUP BY pos.endpoint_id
+$$;
+COMMENT ON FUNCTION outbox._unread_all() IS 'internal: _unread for every endpoint, each distinct position read once';
+REVOKE ALL ON FUNCTION outbox._unread_all() FROM PUBLIC;
+
+-- backlog reads every endpoint's unread events at once.
+CREATE OR REPLACE VIEW outbox.backlog AS
+WITH waiting AS (
+    SELECT u.n, u.oldest FROM outbox._unread_all() u
+    UNION ALL
+    SELECT 1, CASE WHEN r.attempts = 0 AND r.next_at > now() THEN NULL
+                   ELSE coalesce(e.created_at, d.created_at) END
+      FROM outbox.retries r
+      LEFT JOIN outbox.events e ON e.id = r.id
+      LEFT JOIN outbox.delayed d ON d.id = r.id
+     WHERE e.id IS NOT NULL OR d.id IS NOT NULL
+)
+SELECT (SELECT coalesce(sum(n), 0)::bigint FROM waiting) AS deliveries_waiting,
+       (SELECT now() - min(oldest) FROM waiting) AS oldest_age,
+       (SELECT count(*) FROM outbox.events e WHERE e.created_at > now() - interval '1 minute') AS emitted_last_minute,
+       (SELECT count(*) FROM outbox.attempt_log a
+         WHERE a.at > now() - interval '1 minute' AND a.status BETWEEN 200 AND 299) AS delivered_last_minute;
+COMMENT ON VIEW outbox.backlog IS
+    'deliveries not yet made (an event owed to two endpoints counts twice), the age of the oldest, and the flow of the last minute';
+
 CREATE OR REPLACE FUNCTION outbox.rotation_holds()
 RETURNS TABLE (holder text, detail text)
 LANGUAGE sql STABLE
@@ -486,51 +543,6 @@ END
 $$;
 COMMENT ON FUNCTION outbox.replay(text, timestamptz, timestamptz) IS
     'deliver again the retained events emitted in [since, until) that the endpoint subscribes to; returns how many';
-
--- endpoint_status as in 1.4, with max_age and expired at the end.
-CREATE OR REPLACE VIEW outbox.endpoint_status AS
-SELECT ep.name,
-       CASE WHEN ep.disabled_at IS NOT NULL THEN 'disabled'
-            WHEN ep.paused THEN 'paused'
-            ELSE 'active' END AS state,
-       CASE WHEN ep.disabled_at IS NOT NULL THEN ep.disabled_reason
-            WHEN ep.paused THEN 'paused by pause_endpoint()' END AS state_reason,
-       ep.disabled_at,
-       u.n + coalesce(r.n, 0) AS events_waiting,
-       now() - least(u.oldest, r.oldest) AS oldest_waiting_age,
-       coalesce(r.failed, 0) AS in_retry,
-       (SELECT count(*) FROM outbox.dead_letter_log d WHERE d.endpoint_id = ep.id) AS dead,
-       h.last_success_at,
-       h.last_failure_at,
-       h.last_failure_status,
-       h.last_failure_error,
-       h.consecutive_failures,
-       ep.url,
-       ep.event_types,
-       ep.ordered,
-       h.backlog_dropped,
-       h.backlog_dropped_at,
-       coalesce(ep.max_in_flight,
-                current_setting('outbox.endpoint_concurrency', true)::integer) AS max_in_flight,
-       coalesce(f.in_flight, 0) AS in_flight,
-       ep.format,
-       ep.max_age,
-       (SELECT count(*) FROM outbox.attempt_log a
-         WHERE a.endpoint_id = ep.id AND a.error = 'expired') AS expired
-  FROM outbox.endpoints ep
-  JOIN outbox.endpoint_health h ON h.endpoint_id = ep.id
-  CROSS JOIN LATERAL outbox._unread(ep.id) u
-  LEFT JOIN LATERAL (
-        SELECT count(*) AS n, count(*) FILTER (WHERE rr.attempts > 0) AS failed,
-               min(coalesce(e.created_at, dl.created_at))
-                   FILTER (WHERE NOT (rr.attempts = 0 AND rr.next_at > now())) AS oldest
-          FROM outbox.retries rr
-          LEFT JOIN outbox.events e ON e.id = rr.id
-          LEFT JOIN outbox.delayed dl ON dl.id = rr.id
-         WHERE rr.endpoint_id = ep.id AND (e.id IS NOT NULL OR dl.id IS NOT NULL)) r ON true
-  LEFT JOIN outbox._in_flight() f ON f.endpoint_id = ep.id;
-COMMENT ON VIEW outbox.endpoint_status IS
-    'one row per endpoint: state and why, events waiting and the age of the oldest, in retry, dead, last success and failure, backlog given up, cap on and requests in flight now, format, max_age and events expired';
 
 -- The relay's readers return expires_at and priority, and the endpoints
 -- their max_age: their result types change.
@@ -1264,7 +1276,7 @@ SELECT ep.name,
        coalesce(f.held, false) AS rate_limited
   FROM outbox.endpoints ep
   JOIN outbox.endpoint_health h ON h.endpoint_id = ep.id
-  CROSS JOIN LATERAL outbox._unread(ep.id) u
+  JOIN outbox._unread_all() u ON u.endpoint_id = ep.id
   LEFT JOIN LATERAL (
         SELECT count(*) AS n, count(*) FILTER (WHERE rr.attempts > 0) AS failed,
                min(coalesce(e.created_at, dl.created_at))

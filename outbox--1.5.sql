@@ -1239,6 +1239,42 @@ AS $$
 $$;
 COMMENT ON FUNCTION outbox._unread(integer) IS 'internal: count and oldest of the events an endpoint''s position has not passed';
 
+-- The same for every endpoint at once, for the views.  Asked endpoint by
+-- endpoint, the question costs endpoints x events: every endpoint walks
+-- the events past its position.  Endpoints that follow the stream share
+-- its position, so the events past each distinct position are counted
+-- once, by event type, and each endpoint then adds up the types it
+-- subscribes to: the cost is the events past the distinct positions plus
+-- endpoints x event types.
+CREATE FUNCTION outbox._unread_all()
+RETURNS TABLE (endpoint_id integer, n bigint, oldest timestamptz)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+SET jit = off
+AS $$
+    WITH pos AS (
+        SELECT p.endpoint_id, p.snap, p.next_snap, p.after_id,
+               dense_rank() OVER (ORDER BY p.snap::text, p.next_snap::text, p.after_id) AS k
+          FROM outbox._positions p
+    ), owed AS (
+        SELECT d.k, e.event_type, count(*) AS n, min(e.created_at) AS oldest
+          FROM (SELECT DISTINCT ON (pos.k) pos.k, pos.snap, pos.next_snap, pos.after_id
+                  FROM pos ORDER BY pos.k) d
+          JOIN outbox.events e
+            ON outbox._not_passed(d.snap, d.next_snap, d.after_id, e.txid, e.id)
+           AND pg_visible_in_snapshot(e.txid, pg_current_snapshot())
+         GROUP BY d.k, e.event_type
+    ), subscribed AS (
+        SELECT ep.id, outbox._like_patterns(ep.event_types) AS patterns FROM outbox.endpoints ep
+    )
+    SELECT pos.endpoint_id, coalesce(sum(o.n), 0)::bigint, min(o.oldest)
+      FROM pos
+      JOIN subscribed s ON s.id = pos.endpoint_id
+      LEFT JOIN owed o ON o.k = pos.k AND o.event_type LIKE ANY (s.patterns)
+     GROUP BY pos.endpoint_id
+$$;
+COMMENT ON FUNCTION outbox._unread_all() IS 'internal: _unread for every endpoint, each distinct position read once';
+
 ----------------------------------------------------------------------------
 -- What operators see
 ----------------------------------------------------------------------------
@@ -1287,7 +1323,7 @@ SELECT ep.name,
        coalesce(f.held, false) AS rate_limited
   FROM outbox.endpoints ep
   JOIN outbox.endpoint_health h ON h.endpoint_id = ep.id
-  CROSS JOIN LATERAL outbox._unread(ep.id) u
+  JOIN outbox._unread_all() u ON u.endpoint_id = ep.id
   LEFT JOIN LATERAL (
         SELECT count(*) AS n, count(*) FILTER (WHERE rr.attempts > 0) AS failed,
                min(coalesce(e.created_at, dl.created_at))
@@ -1305,7 +1341,7 @@ COMMENT ON VIEW outbox.endpoint_status IS
 -- due yet (not sent, next_at later): a reminder due next week is not late.
 CREATE VIEW outbox.backlog AS
 WITH waiting AS (
-    SELECT u.n, u.oldest FROM outbox.endpoints ep CROSS JOIN LATERAL outbox._unread(ep.id) u
+    SELECT u.n, u.oldest FROM outbox._unread_all() u
     UNION ALL
     SELECT 1, CASE WHEN r.attempts = 0 AND r.next_at > now() THEN NULL
                    ELSE coalesce(e.created_at, d.created_at) END

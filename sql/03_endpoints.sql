@@ -58,6 +58,18 @@ SELECT outbox.create_endpoint(name => 'ep-named', url => 'http://example.com:808
                               headers => NULL, max_attempts => 1) IS NOT NULL AS created;
 SELECT name, url, headers, max_attempts FROM outbox.endpoints WHERE name = 'ep-named';
 
+-- The views count what each endpoint is owed with _unread_all(), which
+-- reads the events past each distinct position once: the same counts as
+-- _unread() asked endpoint by endpoint (whose positions differ here).
+SELECT count(outbox.emit(t, '{}')) AS emitted
+  FROM unnest('{order.created,invoice.paid,invoice.sent,other}'::text[]) t;
+SELECT count(*) AS endpoints,
+       count(DISTINCT a.n) > 1 AS counts_differ,
+       count(*) FILTER (WHERE (a.n, a.oldest) IS DISTINCT FROM (u.n, u.oldest)) AS disagreeing
+  FROM outbox.endpoints ep
+  JOIN outbox._unread_all() a ON a.endpoint_id = ep.id
+  CROSS JOIN LATERAL outbox._unread(ep.id) u;
+
 -- Secrets: the key may be 24 to 64 bytes.
 SELECT s AS secret, try(format('SELECT outbox.create_endpoint(%L, %L, secret => %L)',
                                'ep-sec-' || n, 'https://example.com/', s)) AS result

@@ -304,6 +304,20 @@ SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'outbox relay' AN
 	  :                      qr/received immediate shutdown request/;
 	like($crash_log, $evidence, "round $round ($kind): the crash happened");
 
+	# While the restarted relay catches up, endpoints stand at different
+	# positions: the views' count of what each is owed (_unread_all(), each
+	# distinct position read once) agrees with asking endpoint by endpoint.
+	# (Once: asked by endpoint, it walks the events 300 times.)
+	if ($round == 1)
+	{
+		is($node->safe_psql('postgres', q{
+SELECT count(*) FILTER (WHERE (a.n, a.oldest) IS DISTINCT FROM (u.n, u.oldest))
+  FROM outbox.endpoints ep
+  JOIN outbox._unread_all() a ON a.endpoint_id = ep.id
+  CROSS JOIN LATERAL outbox._unread(ep.id) u}),
+			'0', "round $round: the views count what each endpoint is owed as _unread() does");
+	}
+
 	# The clients reconnect and go on after the transaction the crash cut
 	# off (whose fate they do not know).
 	@h = map { start_client($_, next_txn($_) + 1) } grep { next_txn($_) + 1 < $txns_per_client } @cut;

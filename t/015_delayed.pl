@@ -102,8 +102,8 @@ sql("SELECT outbox.drop_endpoint('big$_')") for 1 .. 2;
 # Part 2: delayed events and a 2 s retention.
 ############################################################################
 
-# Failed events wait a minute for their retry (with the +-20% jitter).
-ok(reload_with('outbox.retention' => '2s', 'outbox.retry_schedule' => '60s'),
+# Failed events wait 25 s for their retry (with the +-20% jitter).
+ok(reload_with('outbox.retention' => '2s', 'outbox.retry_schedule' => '25s'),
 	'delayed: the relay reloaded a 2 s retention');
 sql("SELECT outbox.create_endpoint('later', '$url/later', '{app.*}')");
 # flaky answers 500 to the first request of each event, 200 to the next.
@@ -148,7 +148,7 @@ my ($far, $near, $plain, $flaky) = split /\n/, sql(q{
 BEGIN;
 SELECT outbox.emit('app.later', '{"n": "far"}', deliver_at => now() + interval '3000 days', dedupe_key => 'far');
 SELECT outbox.emit('app.later', '{"n": "near"}', key => 'k-near', headers => '{"X-Tenant": "acme"}',
-                   deliver_at => now() + interval '60 seconds', dedupe_key => 'near');
+                   deliver_at => now() + interval '25 seconds', dedupe_key => 'near');
 SELECT outbox.emit('app.now', '{"n": "plain"}', dedupe_key => 'plain');
 SELECT outbox.emit('flaky.one', '{"n": "flaky"}');
 COMMIT;

@@ -300,6 +300,14 @@ def build_rows_issue11(r, row):
             f"{fmt(cpu['on'])} µs", f"no limit {fmt(cpu['off'])} µs", fmt(ratio(cpu["on"], cpu["off"])),
             "(for scale)", None)
 
+    # views: the operators' views with many endpoints (issue 11, item 4)
+    if "views_beside.status_ms" in r:
+        for key, what in (("status", "endpoint_status"), ("backlog", "backlog"), ("health", "health()")):
+            beside, alone = num(r, f"views_beside.{key}_ms"), num(r, f"views_alone.{key}_ms")
+            row(f"views: {what} with {int(num(r, 'views_beside.endpoints')):,} endpoints, "
+                f"{int(num(r, 'views_beside.waiting')):,} deliveries waiting (median of 5)",
+                f"{fmt(beside)} ms", f"{int(num(r, 'views_alone.endpoints')):,} endpoints {fmt(alone)} ms",
+                fmt(ratio(beside, alone)), "(for scale)", None)
 
 def table(rows):
     head = ("case", "measured", "baseline (same run)", "ratio", "target", "met")

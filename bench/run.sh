@@ -67,6 +67,7 @@ ONE_ROUNDS=${ONE_ROUNDS:-3}                 # case 8: rounds of the relay and of
 MANY_ENDPOINTS=${MANY_ENDPOINTS:-1000}      # cases 9, 12
 MANY_ENDPOINTS_LARGE=${MANY_ENDPOINTS_LARGE:-10000}  # cases 9, 10
 BUSY_ENDPOINTS=${BUSY_ENDPOINTS:-10}        # case 10: those of the large set that get events
+VIEW_EVENTS=${VIEW_EVENTS:-10000}          # case views: events waiting for the busy endpoints
 SLOW_DELAY_MS=${SLOW_DELAY_MS:-200}         # case 11: the receiver's delay
 SLOW_ENDPOINTS=${SLOW_ENDPOINTS:-200}
 SLOW_ENDPOINTS_LARGE=${SLOW_ENDPOINTS_LARGE:-1000}
@@ -887,6 +888,47 @@ case_idle_endpoints()
 	result idle_alone.endpoints "$busy"
 }
 
+# view_ms QUERY: the median of five timings of QUERY, in milliseconds.
+view_ms()
+{
+	local i
+	for i in 1 2 3 4 5; do
+		psql_q -At -c '\timing on' -c "$1" | sed -n 's/^Time: \([0-9.]*\) ms.*/\1/p'
+	done | sort -n | sed -n 3p
+}
+
+# Case views (issue 11, item 4: endpoints are cheap, for operators too):
+# what endpoint_status, backlog and health() take with BUSY_ENDPOINTS
+# endpoints alone and beside MANY_ENDPOINTS_LARGE - BUSY_ENDPOINTS others
+# that follow the stream, the busy ones paused with VIEW_EVENTS events
+# waiting.  Not in the default list: BENCH_CASES=views runs it.
+case_views()
+{
+	local busy=$BUSY_ENDPOINTS idle=$((MANY_ENDPOINTS_LARGE - BUSY_ENDPOINTS)) label q
+
+	use_default_settings
+	for label in views_alone views_beside; do
+		fresh_outbox
+		if [ "$label" = views_alone ]; then
+			log "case views: $busy endpoints alone, $VIEW_EVENTS events waiting"
+		else
+			log "case views: the same beside $idle endpoints that follow the stream"
+			new_endpoints vidle 1 "$idle" "http://127.0.0.1:$NGINX_PORT/idle" idle.e "30 seconds" off
+			follow_stream vidle "$idle"
+		fi
+		new_endpoints vbusy 1 "$busy" "http://127.0.0.1:$NGINX_PORT/busy" bench.e "30 seconds" on
+		psql_q -v first=1 -v last="$VIEW_EVENTS" -v types="$busy" -f "$BENCH/sql/backlog_types.sql" >/dev/null
+		result "$label.endpoints" "$(sql 'SELECT count(*) FROM outbox.endpoints')"
+		result "$label.waiting" "$(sql 'SELECT deliveries_waiting FROM outbox.backlog')"
+		for q in status:'SELECT count(*) FROM outbox.endpoint_status' \
+			backlog:'SELECT deliveries_waiting FROM outbox.backlog' \
+			health:'SELECT count(*) FROM outbox.health()'; do
+			result "$label.${q%%:*}_ms" "$(view_ms "${q#*:}")"
+			log "  ${q#*:}: $(grep "^$label.${q%%:*}_ms " "$RESULTS" | cut -d' ' -f2) ms"
+		done
+	done
+}
+
 # receiver_status FIELD: a counter of slow_receiver.js.
 receiver_status()
 {
@@ -1171,6 +1213,7 @@ main()
 	run_case format case_format
 	run_case 15 case_nats
 	run_case 16 case_rabbitmq
+	run_case views case_views
 
 	result env.seconds "$(($(date +%s) - T0))"
 	result env.cases "${BENCH_CASES// /,}"

@@ -2,7 +2,7 @@
 # bench/rabbitmq.sh: case 16, publishing to RabbitMQ.  N events waiting for
 # a paused RabbitMQ endpoint are published through outbox to a broker
 # started here (Debian's rabbitmq-server on 127.0.0.1, its own ports and
-# files), against a plain librabbitmq publisher (test/amqp_publish.c)
+# files), against a plain librabbitmq publisher (bench/amqp_publish.c)
 # publishing N messages of the same size the same way (persistent,
 # mandatory, one channel in confirm mode, confirms read as they arrive, up
 # to AMQP_WINDOW unconfirmed), in the same run, to the same durable queue
@@ -66,7 +66,7 @@ done
 AMQP_MAX_LENGTH=1000 node "$ROOT/t/node/amqp_client.js" "amqp://guest:guest@127.0.0.1:$PORT/%2F" \
 	setup bench:direct bench=bench:bench
 
-cc -O2 -o "$AWORK/amqp_publish" "$ROOT/test/amqp_publish.c" -lrabbitmq
+cc -O2 -o "$AWORK/amqp_publish" "$BENCH/amqp_publish.c" -lrabbitmq
 # The plain publisher's input: N lines the size of the bodies outbox sends
 # (a standard-webhooks body of bench/sql/backlog.sql's payload, ~300 bytes).
 awk -v n="$AMQP_EVENTS" 'BEGIN {

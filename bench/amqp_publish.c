@@ -1,5 +1,5 @@
 /*
- * test/amqp_publish.c: a plain librabbitmq publisher, the baseline of the
+ * bench/amqp_publish.c: a plain librabbitmq publisher, the baseline of the
  * RabbitMQ bench (bench/rabbitmq.sh).  It publishes each line of its input
  * as one message, as the RabbitMQ target does (persistent, mandatory, a
  * message_id, on one channel in confirm mode), keeping up to WINDOW

@@ -98,12 +98,21 @@ is($m->{client}, 'outbox-client', 'the receiver saw the client certificate');
 my ($mb) = grep { $_->{path} eq '/mtls-bearer' } received($tls_log);
 is($mb->{client}, 'outbox-client', 'beside a bearer token as well');
 is($mb->{headers}{authorization}, 'Bearer tok-Mtls-91ab', 'which is sent as Authorization');
+# The receiver's alert reaches libcurl unless the receiver closed the
+# connection first (CI once saw "getpeername() failed ... not connected"):
+# such an attempt cannot know why and says what it saw.  Of several
+# attempts, some are recorded as authentication failures, and no attempt
+# as anything but that or the connection's end.
 ok($node->poll_query_until('postgres',
-	"SELECT count(*) >= 2 FROM outbox.attempts WHERE endpoint = 'no-cert'"),
+	"SELECT count(*) >= 4 FROM outbox.attempts WHERE endpoint = 'no-cert'"),
 	'without a client certificate: attempted and retried');
-like(sql("SELECT error FROM outbox.attempts WHERE endpoint = 'no-cert' ORDER BY at LIMIT 1"),
-	qr/^authentication failed: the receiver asks for a client certificate \(auth's client_cert\): .*alert/,
-	'without a client certificate: recorded as an authentication failure');
+my @no_cert = split /\n/, sql("SELECT error FROM outbox.attempts WHERE endpoint = 'no-cert' ORDER BY at");
+my $auth_failure = qr/^authentication failed: the receiver asks for a client certificate \(auth's client_cert\): .*alert/;
+cmp_ok(scalar(grep { /$auth_failure/ } @no_cert), '>', 0,
+	'without a client certificate: recorded as an authentication failure')
+  or diag join("\n", @no_cert);
+is(join("\n", grep { !/$auth_failure/ && !/not connected|reset by peer|broken pipe|connection died|SSL_ERROR_SYSCALL|closed/i } @no_cert), '',
+	'without a client certificate: no attempt recorded as anything else');
 is(scalar(grep { $_->{path} eq '/no-cert' } received($tls_log)), 0,
 	'without a client certificate the receiver got nothing');
 is(sql("SELECT count(*) FROM outbox.attempts WHERE endpoint = 'no-cert' AND (status IS NOT NULL OR error = '')"),

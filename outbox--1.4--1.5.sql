@@ -111,10 +111,10 @@ SELECT outbox._grants_before();
 -- transaction is outside the snapshot and, while a batch is being read,
 -- the event is beyond what of the batch was sent or outside the batch.
 -- Every reader of positions that asks what an endpoint still owes uses it
--- (_unread, rotation_holds, _slot_owed, _release_disabled, _rebase); the
--- readers of pages (_read_stream, _read_page) walk the same rule in the
--- index order they read by.  A body in standard SQL, so that the planner
--- inlines it and the txid bound stays an index condition.
+-- (_unread, _unread_all, rotation_holds, _slot_owed, _release_disabled,
+-- _rebase); the readers of pages (_read_stream, _read_page) walk the same
+-- rule in the index order they read by.  A body in standard SQL, so that
+-- the planner inlines it and the txid bound stays an index condition.
 CREATE FUNCTION outbox._not_passed(snap pg_snapshot, next_snap pg_snapshot, after_id bigint,
                                    txid xid8, id bigint)
 RETURNS boolean
@@ -173,11 +173,11 @@ AS $$
     ), subscribed AS (
         SELECT ep.id, outbox._like_patterns(ep.event_types) AS patterns FROM outbox.endpoints ep
     )
-    SELECT pos.endpoint_id, coalesce(sum(o.n), 0)::bigint, min(o.oldest)
-      FROM pos
-      JOIN subscribed s ON s.id = pos.endpoint_id
+    SELECT s.id, coalesce(sum(o.n), 0)::bigint, min(o.oldest)
+      FROM subscribed s
+      LEFT JOIN pos ON pos.endpoint_id = s.id
       LEFT JOIN owed o ON o.k = pos.k AND o.event_type LIKE ANY (s.patterns)
-     GROUP BY pos.endpoint_id
+     GROUP BY s.id
 $$;
 COMMENT ON FUNCTION outbox._unread_all() IS 'internal: _unread for every endpoint, each distinct position read once';
 REVOKE ALL ON FUNCTION outbox._unread_all() FROM PUBLIC;

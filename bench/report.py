@@ -304,7 +304,8 @@ def build_rows_issue11(r, row):
     if "views_beside.status_ms" in r:
         for key, what in (("status", "endpoint_status"), ("backlog", "backlog"), ("health", "health()")):
             beside, alone = num(r, f"views_beside.{key}_ms"), num(r, f"views_alone.{key}_ms")
-            row(f"views: {what} with {int(num(r, 'views_beside.endpoints')):,} endpoints, "
+            row(f"views: {what} with {int(num(r, 'views_beside.endpoints')):,} endpoints "
+                f"({int(num(r, 'views_beside.following')):,} following the stream), "
                 f"{int(num(r, 'views_beside.waiting')):,} deliveries waiting (median of 5)",
                 f"{fmt(beside)} ms", f"{int(num(r, 'views_alone.endpoints')):,} endpoints {fmt(alone)} ms",
                 fmt(ratio(beside, alone)), "(for scale)", None)

@@ -916,6 +916,7 @@ case_views()
 			new_endpoints vidle 1 "$idle" "http://127.0.0.1:$NGINX_PORT/idle" idle.e "30 seconds" off
 			follow_stream vidle "$idle"
 		fi
+		result "$label.following" "$(sql 'SELECT count(*) FROM outbox.positions WHERE follows')"
 		new_endpoints vbusy 1 "$busy" "http://127.0.0.1:$NGINX_PORT/busy" bench.e "30 seconds" on
 		psql_q -v first=1 -v last="$VIEW_EVENTS" -v types="$busy" -f "$BENCH/sql/backlog_types.sql" >/dev/null
 		result "$label.endpoints" "$(sql 'SELECT count(*) FROM outbox.endpoints')"

@@ -61,14 +61,24 @@ SELECT name, url, headers, max_attempts FROM outbox.endpoints WHERE name = 'ep-n
 -- The views count what each endpoint is owed with _unread_all(), which
 -- reads the events past each distinct position once: the same counts as
 -- _unread() asked endpoint by endpoint (whose positions differ here).
+-- One more endpoint between two emits, and one in the middle of a batch
+-- (next_snap set, after_id at the first event of it).
 SELECT count(outbox.emit(t, '{}')) AS emitted
   FROM unnest('{order.created,invoice.paid,invoice.sent,other}'::text[]) t;
+SELECT outbox.create_endpoint('ep-between', 'https://example.com/', '{invoice.*}') IS NOT NULL AS created;
+SELECT count(outbox.emit(t, '{}')) AS emitted
+  FROM unnest('{order.created,invoice.paid,invoice.sent,other}'::text[]) t;
+UPDATE outbox.positions p
+   SET next_snap = pg_current_snapshot(),
+       after_id = (SELECT min(e.id) FROM outbox.events e WHERE e.event_type = 'invoice.paid')
+ WHERE p.endpoint_id = (SELECT id FROM outbox.endpoints WHERE name = 'ep-full');
 SELECT count(*) AS endpoints,
        count(DISTINCT a.n) > 1 AS counts_differ,
        count(*) FILTER (WHERE (a.n, a.oldest) IS DISTINCT FROM (u.n, u.oldest)) AS disagreeing
   FROM outbox.endpoints ep
   JOIN outbox._unread_all() a ON a.endpoint_id = ep.id
   CROSS JOIN LATERAL outbox._unread(ep.id) u;
+SELECT outbox.drop_endpoint('ep-between');
 
 -- Secrets: the key may be 24 to 64 bytes.
 SELECT s AS secret, try(format('SELECT outbox.create_endpoint(%L, %L, secret => %L)',

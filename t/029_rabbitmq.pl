@@ -240,6 +240,50 @@ ok($node->poll_query_until('postgres',
 	'and so is the next one, over a new connection');
 sql(q{SELECT outbox.drop_endpoint('r_nowhere')});
 
+# Credentials from the endpoint's auth: a user the test makes, with a
+# password; the right one delivers, a wrong one is a failed login in the
+# attempt log, tried again (no dead letter), until alter_endpoint gives the
+# right one.  The password is in no attempt and not in the server's log.
+my $t_creds = time();
+{
+	local %ENV = (%ENV, %broker_env);
+	my $ctl = '/usr/lib/rabbitmq/bin/rabbitmqctl';
+	for my $cmd ([ 'add_user', 'outbox_pub', 'pw-Rab7q' ], [ 'set_permissions', '-p', '/', 'outbox_pub', '.*', '.*', '.*' ])
+	{
+		my ($o, $e) = ('', '');
+		IPC::Run::run([ $ctl, @$cmd ], '>', \$o, '2>', \$e, IPC::Run::timeout(60))
+		  or die "rabbitmqctl $cmd->[0]: $o $e";
+	}
+}
+sql("SELECT outbox.create_endpoint('r_user', 'amqp://127.0.0.1:$port/?exchange=orders&routing_key=o.{event_type}',
+	'{cred.ok}', auth => '{\"username\": \"outbox_pub\", \"password\": \"pw-Rab7q\"}');
+     SELECT outbox.create_endpoint('r_wrong', 'amqp://127.0.0.1:$port/?exchange=orders&routing_key=o.{event_type}',
+	'{cred.wrong}', auth => '{\"username\": \"outbox_pub\", \"password\": \"pw-Wr0ng\"}')");
+my $cred_ok = sql(q{SELECT outbox.emit('cred.ok', '{"n": 6100}')});
+my $cred_wrong = sql(q{SELECT outbox.emit('cred.wrong', '{"n": 6101}')});
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM outbox.attempts WHERE event_id = '$cred_ok' AND endpoint = 'r_user' AND status = 200"),
+	'a user and password from auth: confirmed');
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) >= 2 FROM outbox.attempts WHERE event_id = '$cred_wrong' AND endpoint = 'r_wrong'
+		    AND status IS NULL AND error LIKE '%logging in as the endpoint''s user%403 ACCESS_REFUSED%'"),
+	'a wrong password: the failed login is in the attempt log, and tried again');
+is(sql("SELECT count(*) FROM outbox.dead_letters WHERE event_id = '$cred_wrong'"), '0',
+	'a wrong password is not a dead letter');
+sql(q{SELECT outbox.alter_endpoint('r_wrong', auth => '{"username": "outbox_pub", "password": "pw-Rab7q"}')});
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM outbox.attempts WHERE event_id = '$cred_wrong' AND status = 200"),
+	'the password corrected by alter_endpoint: the next attempt logs in');
+is(scalar(grep { n_of($_->{body}) >= 6100 && n_of($_->{body}) <= 6101 } drain('q_orders')), 2,
+	'both messages are in the queue');
+is(sql(q{SELECT count(*) FROM outbox.attempts WHERE error LIKE '%pw-%' OR response LIKE '%pw-%'}), '0',
+	'no attempt shows a password');
+# (the test's own statements, logged by log_statement, aside)
+unlike(join("\n", grep { !/LOG:  statement: / && !/^\s/ } split /\n/, slurp_file($node->logfile)),
+	qr/pw-(Rab7q|Wr0ng)/, 'the server log shows no password');
+sql(q{SELECT outbox.drop_endpoint('r_user'); SELECT outbox.drop_endpoint('r_wrong')});
+diag(sprintf('rabbitmq credentials: %d s', time() - $t_creds));
+
 # A server that accepts the connection and never speaks: the login waits
 # out the endpoint's timeout in the publisher's thread, and meanwhile the
 # relay goes on delivering to the other endpoints (the silent one's part of

@@ -9,9 +9,13 @@
  * written %2F otherwise), the exchange ("exchange=" alone: the default
  * exchange, which routes by queue name) and the routing key, which may
  * contain {event_type} and is {event_type} when left out.  Credentials are
- * never taken from the URL: until endpoints have credentials of their own,
- * the target logs in as RabbitMQ's default user guest, which the broker
- * accepts over loopback only.
+ * never taken from the URL: the target logs in (SASL PLAIN) with the
+ * endpoint's auth {"username", "password"}, and without one as RabbitMQ's
+ * default user guest, which the broker accepts over loopback only.  A
+ * login the broker refuses fails the connection like any other failure to
+ * connect: its messages are tried again on the schedule, with the broker's
+ * reason in the attempt log (README: a wrong password is fixed by the
+ * operator, and the events wait for it meanwhile rather than being lost).
  *
  * A message is persistent (delivery_mode 2), published with mandatory
  * set; its message_id is the event id, its type the event type, its
@@ -72,6 +76,7 @@
 #include "utils/timestamp.h"
 
 #include "address.h"
+#include "credentials.h"
 #include "delivery.h"
 #include "format.h"
 #include "guc.h"
@@ -136,6 +141,8 @@ typedef struct Publisher
 	RabbitUrl	parsed;
 	bool		key_has_type;
 	NetworkList allowed;		/* the address policy it was made under */
+	char	   *username;		/* the login; NULL: guest (palloc'd) */
+	char	   *password;
 	int			wake[2];		/* relay -> thread */
 	pthread_t	thread;
 	int			in_flight;		/* handed to the thread, not collected */
@@ -590,10 +597,18 @@ connect_broker(PublisherState *s, char *why, size_t why_len)
 	amqp_set_handshake_timeout(s->conn, &tv);
 	amqp_set_rpc_timeout(s->conn, &tv);
 	r = amqp_login(s->conn, p->parsed.vhost, 0, AMQP_DEFAULT_FRAME_SIZE, 0,
-				   AMQP_SASL_METHOD_PLAIN, "guest", "guest");
+				   AMQP_SASL_METHOD_PLAIN,
+				   p->username != NULL ? p->username : "guest",
+				   p->password != NULL ? p->password : "guest");
 	if (r.reply_type != AMQP_RESPONSE_NORMAL)
 	{
-		reply_text(r, "logging in", why, why_len);
+		/*
+		 * A refused login: RabbitMQ closes with 403 ACCESS_REFUSED, or (older
+		 * brokers) just closes the socket, which librabbitmq reports as a
+		 * lost connection.
+		 */
+		reply_text(r, p->username != NULL ? "logging in as the endpoint's user" :
+				   "logging in as guest", why, why_len);
 		goto fail;
 	}
 	amqp_channel_open(s->conn, AMQP_CHANNEL);
@@ -987,6 +1002,32 @@ publisher_wake(Publisher *p)
 		return;					/* full: it will wake anyway */
 }
 
+/* Free a publisher's login, the password wiped first. */
+static void
+publisher_forget_login(Publisher *p)
+{
+	if (p->password != NULL)
+	{
+		explicit_bzero(p->password, strlen(p->password));
+		pfree(p->password);
+	}
+	if (p->username != NULL)
+		pfree(p->username);
+	p->username = p->password = NULL;
+}
+
+/* Is the publisher's login the one ep's auth gives now? */
+static bool
+publisher_login_is(const Publisher *p, const RelayEndpoint *ep)
+{
+	const char *user = ep->auth != NULL ? ep->auth->cfg.username : NULL;
+	const char *password = ep->auth != NULL ? ep->auth->cfg.password : NULL;
+
+	if (user == NULL || p->username == NULL)
+		return user == NULL && p->username == NULL;
+	return strcmp(user, p->username) == 0 && strcmp(password, p->password) == 0;
+}
+
 /* A new publisher for ep, its thread running; NULL, with why, if not. */
 static Publisher *
 publisher_new(const RelayEndpoint *ep, char *why, size_t why_len)
@@ -1020,6 +1061,11 @@ publisher_new(const RelayEndpoint *ep, char *why, size_t why_len)
 	p->timeout_ms = Max(ep->timeout_ms, 1);
 	p->key_has_type = strstr(p->parsed.routing_key, AMQP_EVENT_TYPE) != NULL;
 	p->allowed = outbox_allowed_networks;
+	if (ep->auth != NULL && ep->auth->cfg.username != NULL)
+	{
+		p->username = MemoryContextStrdup(TopMemoryContext, ep->auth->cfg.username);
+		p->password = MemoryContextStrdup(TopMemoryContext, ep->auth->cfg.password);
+	}
 	pthread_mutex_init(&p->lock, NULL);
 
 	/* With every signal blocked, PostgreSQL's handlers run in the relay. */
@@ -1033,6 +1079,7 @@ publisher_new(const RelayEndpoint *ep, char *why, size_t why_len)
 		close(p->wake[0]);
 		close(p->wake[1]);
 		pthread_mutex_destroy(&p->lock);
+		publisher_forget_login(p);
 		pfree(p->url);
 		pfree(p);
 		return NULL;
@@ -1058,13 +1105,14 @@ publisher_free(Publisher *p)
 	close(p->wake[0]);
 	close(p->wake[1]);
 	pthread_mutex_destroy(&p->lock);
+	publisher_forget_login(p);
 	pfree(p->url);
 	pfree(p);
 }
 
 /*
- * The publisher of ep, made if need be; one made from another URL or
- * timeout is retired.  NULL, with why, when none can be made.
+ * The publisher of ep, made if need be; one made from another URL,
+ * timeout or login is retired.  NULL, with why, when none can be made.
  */
 static Publisher *
 publisher_of(const RelayEndpoint *ep, char *why, size_t why_len)
@@ -1073,7 +1121,8 @@ publisher_of(const RelayEndpoint *ep, char *why, size_t why_len)
 	{
 		if (p->endpoint_id != ep->id || p->retired)
 			continue;
-		if (p->timeout_ms == Max(ep->timeout_ms, 1) && strcmp(p->url, ep->url) == 0)
+		if (p->timeout_ms == Max(ep->timeout_ms, 1) && strcmp(p->url, ep->url) == 0 &&
+			publisher_login_is(p, ep))
 			return p;
 		p->retired = true;
 	}

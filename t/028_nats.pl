@@ -305,6 +305,62 @@ diag('  ' . $_) for split /\n/, sql(q{SELECT DISTINCT error FROM outbox.attempts
   WHERE a.endpoint = 'n_ordered' AND a.status IS DISTINCT FROM 200 AND (e.payload->>'n')::int >= 10000});
 start_server($victim);
 
+# Credentials from the endpoint's auth: two servers of their own, one
+# that takes a user and password, one a token.  The right ones are
+# acknowledged; wrong ones leave the connection unconnected, recorded with
+# the server's reason and tried again (no dead letter) until alter_endpoint
+# corrects them; no attempt and no log line shows a secret.
+my $t_creds = time();
+my @auth_port = map { PostgreSQL::Test::Cluster::get_free_port() } 1 .. 2;
+my %auth_env = (0 => { NATS_USER => 'outbox_pub', NATS_PASS => 'pw-Nats5x' }, 1 => { NATS_TOKEN => 'tok-Nats9y' });
+for my $i (0 .. 1)
+{
+	my $conf = "$dir/auth$i.conf";
+	my $who = $i == 0 ? 'users: [ { user: "outbox_pub", password: "pw-Nats5x" } ]' : 'token: "tok-Nats9y"';
+	PostgreSQL::Test::Utils::append_to_file($conf, qq{listen: "127.0.0.1:$auth_port[$i]"
+jetstream { store_dir: "$dir/auth$i" }
+authorization { $who }
+});
+	push @server, IPC::Run::start([ 'nats-server', '-c', $conf ], '>', "$dir/auth$i.out", '2>', "$dir/auth$i.log");
+	local %ENV = (%ENV, %{ $auth_env{$i} });
+	my $cluster = $servers;
+	$servers = "127.0.0.1:$auth_port[$i]";
+	add_stream(name => 'CREDS', subjects => ['creds.>'], num_replicas => 1);
+	$servers = $cluster;
+}
+sql("SELECT outbox.create_endpoint('n_user', 'nats://127.0.0.1:$auth_port[0]/creds.user', '{cred.user}',
+	timeout => '2 seconds', auth => '{\"username\": \"outbox_pub\", \"password\": \"pw-Nats5x\"}');
+     SELECT outbox.create_endpoint('n_token', 'nats://127.0.0.1:$auth_port[1]/creds.token', '{cred.token}',
+	timeout => '2 seconds', auth => '{\"token\": \"tok-Nats9y\"}');
+     SELECT outbox.create_endpoint('n_wrong', 'nats://127.0.0.1:$auth_port[0]/creds.wrong', '{cred.wrong}',
+	timeout => '2 seconds', auth => '{\"username\": \"outbox_pub\", \"password\": \"pw-Wr0ng\"}')");
+my ($c_user, $c_token, $c_wrong) = split /\n/, sql(q{SELECT outbox.emit('cred.user', '{"n": 1}');
+	SELECT outbox.emit('cred.token', '{"n": 2}'); SELECT outbox.emit('cred.wrong', '{"n": 3}')});
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 2 FROM outbox.attempts WHERE event_id IN ('$c_user', '$c_token') AND status = 200"),
+	'a user and password, and a token, from auth: acknowledged');
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) >= 2 FROM outbox.attempts WHERE event_id = '$c_wrong' AND status IS NULL
+		    AND error ILIKE '%authorization violation%'"),
+	'a wrong password: the server\'s reason in the attempt log, tried again');
+is(sql("SELECT count(*) FROM outbox.dead_letters WHERE event_id = '$c_wrong'"), '0', 'and no dead letter');
+sql(q{SELECT outbox.alter_endpoint('n_wrong', auth => '{"username": "outbox_pub", "password": "pw-Nats5x"}')});
+ok($node->poll_query_until('postgres', "SELECT count(*) = 1 FROM outbox.attempts WHERE event_id = '$c_wrong' AND status = 200"),
+	'corrected by alter_endpoint: acknowledged');
+{
+	local %ENV = (%ENV, %{ $auth_env{0} });
+	my $cluster = $servers;
+	$servers = "127.0.0.1:$auth_port[0]";
+	is(join(',', sort map { $_->{subject} } read_stream('CREDS')), 'creds.user,creds.wrong',
+		'the server\'s stream holds both messages');
+	$servers = $cluster;
+}
+is(sql(q{SELECT count(*) FROM outbox.attempts WHERE error LIKE '%pw-%' OR error LIKE '%tok-Nats%'}), '0',
+	'no attempt shows a secret');
+unlike(join("\n", grep { !/LOG:  statement: / && !/^\s/ } split /\n/, slurp_file($node->logfile)),
+	qr/pw-Nats5x|pw-Wr0ng|tok-Nats9y/, 'the server log shows no secret');
+diag(sprintf('nats credentials: %d s', time() - $t_creds));
+
 # Crash rounds: the relay killed while events flow; the duplicate window
 # keeps one copy of each in the stream.
 add_stream(name => 'CRASH', subjects => ['crash.>']);

@@ -16,7 +16,11 @@
  * own headers, except those named Nats-* (JetStream reads those: an
  * application that may only emit must not set a message id or roll a
  * stream up), like one of the above, or set by the format.  Credentials
- * are never taken from the URL.
+ * are never taken from the URL: the endpoint's auth gives a user and
+ * password or a token (natsOptions_SetUserInfo, natsOptions_SetToken), and
+ * a change of either makes a new connection.  A server that refuses them
+ * ("Authorization Violation") fails the connection: the publishes fail
+ * with that reason and are tried again on the schedule.
  *
  * Each NATS endpoint has a connection of its own, made at its first
  * delivery, with a JetStream context.  The servers' names are resolved
@@ -24,9 +28,12 @@
  * outbox.allowed_networks (address.c): libnats gets the allowed addresses
  * alone, and ignores the servers a cluster advertises, so it connects to
  * nothing else.  The first connection attempt is made in the relay and
- * bounded by the endpoint's timeout (at most 2 s a server); if no server
- * answers, libnats goes on trying in its own threads, for as long as the
- * connection lives, and publishes wait in its buffer meanwhile.
+ * bounded by the endpoint's timeout (at most 2 s a server); a server that
+ * answers and refuses (the credentials, say) fails the connection with
+ * its reason, made again a second later; if no server answers, a second
+ * attempt, as bounded, leaves libnats trying in its own threads, for as
+ * long as the connection lives, and publishes wait in its buffer
+ * meanwhile.
  *
  * Publishing is asynchronous (js_PublishMsgAsync) with the endpoint's
  * timeout as the longest wait for an acknowledgement.  An acknowledgement
@@ -80,6 +87,7 @@
 #include "utils/timestamp.h"
 
 #include "address.h"
+#include "credentials.h"
 #include "delivery.h"
 #include "format.h"
 #include "guc.h"
@@ -113,6 +121,9 @@ typedef struct NatsConn
 	bool		published;		/* the acknowledgements' thread is started */
 	bool		retired;		/* takes no more; destroyed once empty */
 	NetworkList allowed;		/* the address policy it was made under */
+	char	   *username;		/* the endpoint's auth, when it has one */
+	char	   *password;
+	char	   *token;
 	struct NatsConn *next;
 } NatsConn;
 
@@ -502,14 +513,29 @@ conn_connect(NatsConn *c)
 	if (s == NATS_OK)
 		s = natsOptions_SetReconnectWait(opts, 500);
 	if (s == NATS_OK)
-		s = natsOptions_SetRetryOnFailedConnect(opts, true, connected_cb, NULL);
-	if (s == NATS_OK)
 		s = natsOptions_SetErrorHandler(opts, error_cb, NULL);
+	if (s == NATS_OK && c->username != NULL)
+		s = natsOptions_SetUserInfo(opts, c->username, c->password);
+	if (s == NATS_OK && c->token != NULL)
+		s = natsOptions_SetToken(opts, c->token);
 	if (s == NATS_OK)
 	{
+		/*
+		 * Once without retrying, so that a server's refusal (of the
+		 * credentials, say) is known with its reason: libnats, retrying,
+		 * would close the connection and keep only "no server available".
+		 * When no server answered, again with libnats trying on in its
+		 * threads.
+		 */
 		SIGNALS_OFF(s = natsConnection_Connect(&c->nc, opts));
-		if (s == NATS_NOT_YET_CONNECTED)
-			s = NATS_OK;		/* libnats goes on trying */
+		if (s == NATS_NO_SERVER || s == NATS_TIMEOUT || s == NATS_IO_ERROR)
+		{
+			s = natsOptions_SetRetryOnFailedConnect(opts, true, connected_cb, NULL);
+			if (s == NATS_OK)
+				SIGNALS_OFF(s = natsConnection_Connect(&c->nc, opts));
+			if (s == NATS_NOT_YET_CONNECTED)
+				s = NATS_OK;	/* libnats goes on trying */
+		}
 	}
 	if (s == NATS_OK)
 	{
@@ -520,8 +546,13 @@ conn_connect(NatsConn *c)
 	}
 	if (s != NATS_OK)
 	{
+		const char *last = nats_GetLastError(NULL);
+
+		/* (libnats' text may start with its source location: left out) */
+		if (last != NULL && last[0] == '(' && strstr(last, "): ") != NULL)
+			last = strstr(last, "): ") + 3;
 		snprintf(c->why, sizeof(c->why), "libnats could not make a connection: %s",
-				 nats_GetLastError(NULL) ? nats_GetLastError(NULL) : natsStatus_GetText(s));
+				 last != NULL && last[0] ? last : natsStatus_GetText(s));
 		if (c->nc != NULL)
 			natsConnection_Destroy(c->nc);
 		c->nc = NULL;
@@ -529,6 +560,16 @@ conn_connect(NatsConn *c)
 	natsOptions_Destroy(opts);
 	for (int i = 0; i < n; i++)
 		pfree(urls[i]);
+}
+
+/* Free a string that may hold a secret, wiped first. */
+static void
+forget_secret(char *s)
+{
+	if (s == NULL)
+		return;
+	explicit_bzero(s, strlen(s));
+	pfree(s);
 }
 
 static void
@@ -546,13 +587,41 @@ conn_free(NatsConn *c)
 		jsCtx_Destroy(c->js);
 	if (c->nc != NULL)
 		natsConnection_Destroy(c->nc);
+	forget_secret(c->username);
+	forget_secret(c->password);
+	forget_secret(c->token);
 	pfree(c->url);
 	pfree(c);
 }
 
+/* A copy of an auth string in TopMemoryContext, or NULL. */
+static char *
+keep_secret(const char *s)
+{
+	return s != NULL ? MemoryContextStrdup(TopMemoryContext, s) : NULL;
+}
+
+/* Are two auth strings, either of them NULL, the same? */
+static bool
+same_secret(const char *a, const char *b)
+{
+	return (a == NULL && b == NULL) || (a != NULL && b != NULL && strcmp(a, b) == 0);
+}
+
+/* Is c made with the credentials ep's auth gives now? */
+static bool
+conn_auth_is(const NatsConn *c, const RelayEndpoint *ep)
+{
+	const AuthConfig *a = ep->auth != NULL ? &ep->auth->cfg : NULL;
+
+	return same_secret(c->username, a != NULL ? a->username : NULL) &&
+		same_secret(c->password, a != NULL ? a->password : NULL) &&
+		same_secret(c->token, a != NULL ? a->token : NULL);
+}
+
 /*
- * The connection of ep, made if need be; one made from another URL or
- * timeout, or closed for good, is retired.  One that could not be made is
+ * The connection of ep, made if need be; one made from another URL,
+ * timeout or credentials, or closed for good, is retired.  One that could not be made is
  * tried again after a second.
  */
 static NatsConn *
@@ -566,6 +635,7 @@ conn_of(const RelayEndpoint *ep)
 		if (c->endpoint_id != ep->id || c->retired)
 			continue;
 		if (c->timeout_ms != ep->timeout_ms || strcmp(c->url, ep->url) != 0 ||
+			!conn_auth_is(c, ep) ||
 			(c->nc == NULL &&
 			 TimestampDifferenceExceeds(c->made_at, GetCurrentTimestamp(), 1000)) ||
 			(c->nc != NULL && (c->js == NULL || natsConnection_IsClosed(c->nc))))
@@ -580,6 +650,12 @@ conn_of(const RelayEndpoint *ep)
 	c->url = MemoryContextStrdup(TopMemoryContext, ep->url);
 	c->timeout_ms = ep->timeout_ms;
 	c->allowed = outbox_allowed_networks;
+	if (ep->auth != NULL)
+	{
+		c->username = keep_secret(ep->auth->cfg.username);
+		c->password = keep_secret(ep->auth->cfg.password);
+		c->token = keep_secret(ep->auth->cfg.token);
+	}
 	c->made_at = c->used_at = GetCurrentTimestamp();
 	c->next = conns;
 	conns = c;

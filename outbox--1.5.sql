@@ -770,6 +770,9 @@ BEGIN
         WHEN scheme = 'amqp' THEN
             target := 'a RabbitMQ';
             takes := '{username,password}';
+        WHEN scheme = 'amqps' THEN
+            target := 'a RabbitMQ';
+            takes := '{username,password,client_cert,client_key}';
         WHEN scheme = 'nats' THEN
             target := 'a NATS';
             takes := '{username,password,token}';
@@ -781,7 +784,12 @@ BEGIN
             takes := '{}';
     END CASE;
     FOR k IN SELECT jsonb_object_keys(auth) ORDER BY 1 LOOP
-        IF NOT k = ANY (takes) THEN
+        IF k IN ('client_cert', 'client_key') AND scheme = 'amqp' THEN
+            RAISE EXCEPTION 'auth''s % is not supported for an amqp:// endpoint', k
+                USING ERRCODE = '0A000',
+                      DETAIL = 'A client certificate is presented over TLS alone.',
+                      HINT = 'Use amqps://.';
+        ELSIF NOT k = ANY (takes) THEN
             RAISE EXCEPTION 'auth''s % is not supported for % endpoint', k, target
                 USING ERRCODE = '0A000',
                       DETAIL = format('The auth of an endpoint URL %s takes %s.',

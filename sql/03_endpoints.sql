@@ -197,14 +197,15 @@ SELECT count(*) AS badnats_written FROM outbox.endpoints WHERE name = 'ep-badnat
 -- RabbitMQ URLs (the RabbitMQ target): host and port, a percent-encoded
 -- virtual host ("/" when left out), exchange= (required, empty for the
 -- default exchange) and routing_key= (may contain {event_type}); the
--- scheme is kept in lower case.  Neither credentials, TLS (amqps) nor
--- other options are accepted.
+-- scheme is kept in lower case; amqps is AMQP over TLS (port 5671 by
+-- default).  Neither credentials nor other options are accepted.
 SELECT u AS url, try(format('SELECT outbox.create_endpoint(%L, %L)', 'ep-amqp-' || n, u)) AS result
   FROM unnest(ARRAY[
          'amqp://rabbit:5672/%2F?exchange=orders&routing_key=orders.{event_type}',
          'AMQP://rabbit?exchange=',
          'amqp://[::1]:5673/shop?routing_key=a%23b&exchange=amq.topic',
-         'amqp://10.0.0.5/?exchange=orders'
+         'amqp://10.0.0.5/?exchange=orders',
+         'AMQPS://rabbit/?exchange=orders'
        ]) WITH ORDINALITY AS v(u, n);
 SELECT name, url FROM outbox.endpoints WHERE name LIKE 'ep-amqp-%' ORDER BY name COLLATE "C";
 SELECT count(outbox.drop_endpoint(name)) AS dropped FROM outbox.endpoints WHERE name LIKE 'ep-amqp-%';
@@ -217,7 +218,7 @@ SELECT u AS url, try(format('SELECT outbox.create_endpoint(%L, %L)', 'ep-badamqp
          'amqp://rabbit:0/?exchange=x',
          'amqp://rabbit:65536/?exchange=x',
          'amqp://guest:guest@rabbit/?exchange=x',
-         'amqps://rabbit/?exchange=x',
+         'amqps://guest:guest@rabbit/?exchange=x',
          'amqp://rabbit/a/b?exchange=x',
          'amqp://rabbit/%2?exchange=x',
          'amqp://rabbit/?exchange=or ders',

@@ -72,7 +72,7 @@ bad_url(const char *url, const char *what, const char *detail)
 
 /*
  * outbox._check_url(text) returns text: the endpoint URL normalized.  A
- * kafka://, nats:// or amqp:// URL is one the Kafka, NATS or RabbitMQ
+ * kafka://, nats://, amqp:// or amqps:// URL is one the Kafka, NATS or RabbitMQ
  * target can use (kafka.c, nats.c, rabbitmq.c), its scheme in lower case;
  * any other is a webhook's, as http_check_url() takes it.
  */
@@ -109,7 +109,8 @@ outbox_check_url(PG_FUNCTION_ARGS)
 
 		if (!rabbitmq_parse_url(url, &parsed, &problem))
 			bad_url(url, "endpoint URL", problem);
-		PG_RETURN_TEXT_P(cstring_to_text(psprintf("amqp://%s", url + 7)));
+		PG_RETURN_TEXT_P(cstring_to_text(parsed.tls ? psprintf("amqps://%s", url + 8) :
+										 psprintf("amqp://%s", url + 7)));
 	}
 	PG_RETURN_TEXT_P(cstring_to_text(http_check_url(url, "endpoint URL")));
 }

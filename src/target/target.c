@@ -42,7 +42,7 @@ target_of_url(const char *url)
 		return TARGET_KAFKA;
 	if (pg_strncasecmp(url, "nats://", 7) == 0)
 		return TARGET_NATS;
-	if (pg_strncasecmp(url, "amqp://", 7) == 0)
+	if (pg_strncasecmp(url, "amqp://", 7) == 0 || pg_strncasecmp(url, "amqps://", 8) == 0)
 		return TARGET_RABBITMQ;
 	return TARGET_WEBHOOK;
 }

@@ -14,7 +14,13 @@
  * CloudEvents binary mode the ce_* attributes, as the Kafka binding of
  * CloudEvents names them) and the event's own headers; its
  * timestamp is the emit time.  Options: compression (none, gzip, snappy,
- * lz4, zstd) and linger_ms.  Credentials are never taken from the URL.
+ * lz4, zstd) and linger_ms.  Credentials are never taken from the URL:
+ * the endpoint's auth {"sasl": {"mechanism", "username", "password"}}
+ * makes the producer authenticate with SASL (PLAIN, SCRAM-SHA-256 or
+ * SCRAM-SHA-512) over plaintext (security.protocol SASL_PLAINTEXT); a
+ * change of it makes a new producer.  A broker that refuses them fails
+ * the messages when they time out, with librdkafka's reason ("client
+ * error: SASL authentication error: ..."), tried again on the schedule.
  *
  * Each Kafka endpoint has a producer of its own (one rd_kafka_t), made at
  * its first delivery: idempotent, acks=all, message.timeout.ms the
@@ -62,6 +68,7 @@
 #include "utils/timestamp.h"
 
 #include "address.h"
+#include "credentials.h"
 #include "delivery.h"
 #include "format.h"
 #include "guc.h"
@@ -82,6 +89,9 @@ typedef struct Producer
 	bool		retired;		/* takes no more; destroyed once empty */
 	bool		fatal;			/* failed for good: purge what it has */
 	NetworkList allowed;		/* the address policy it was made under */
+	char	   *sasl_mechanism; /* the endpoint's auth, when it has one */
+	char	   *username;
+	char	   *password;
 	pthread_mutex_t lock;		/* guards refused, written by connect_cb */
 	char		refused[256];	/* the last address refused, or "" */
 	char		last_error[256];	/* the last client error (error_cb) */
@@ -491,6 +501,64 @@ set_conf(rd_kafka_conf_t *conf, const char *name, const char *value, char *why, 
 	return false;
 }
 
+/* A secret setting: refused, the reason names the setting, not the value. */
+static bool
+set_secret_conf(rd_kafka_conf_t *conf, const char *name, const char *value, char *why, size_t why_len)
+{
+	char		errstr[256];
+
+	if (rd_kafka_conf_set(conf, name, value, errstr, sizeof(errstr)) == RD_KAFKA_CONF_OK)
+		return true;
+	snprintf(why, why_len, "librdkafka refused the setting %s", name);
+	return false;
+}
+
+/* Free a string that may hold a secret, wiped first. */
+static void
+forget_secret(char *s)
+{
+	if (s == NULL)
+		return;
+	explicit_bzero(s, strlen(s));
+	pfree(s);
+}
+
+static char *
+keep_secret(const char *s)
+{
+	return s != NULL ? MemoryContextStrdup(TopMemoryContext, s) : NULL;
+}
+
+static bool
+same_secret(const char *a, const char *b)
+{
+	return (a == NULL && b == NULL) || (a != NULL && b != NULL && strcmp(a, b) == 0);
+}
+
+/* Free what a producer holds besides librdkafka's handle, and it. */
+static void
+producer_release(Producer *p)
+{
+	pthread_mutex_destroy(&p->lock);
+	forget_secret(p->sasl_mechanism);
+	forget_secret(p->username);
+	forget_secret(p->password);
+	pfree(p->url);
+	pfree(p);
+}
+
+/* The SASL settings of p's auth, if any; false, with why, if refused. */
+static bool
+set_sasl(rd_kafka_conf_t *conf, const Producer *p, char *why, size_t why_len)
+{
+	if (p->sasl_mechanism == NULL)
+		return true;
+	return set_conf(conf, "security.protocol", "sasl_plaintext", why, why_len) &&
+		set_conf(conf, "sasl.mechanisms", p->sasl_mechanism, why, why_len) &&
+		set_secret_conf(conf, "sasl.username", p->username, why, why_len) &&
+		set_secret_conf(conf, "sasl.password", p->password, why, why_len);
+}
+
 /* A new producer for ep, or NULL with the reason in why. */
 static Producer *
 producer_new(const RelayEndpoint *ep, char *why, size_t why_len)
@@ -518,6 +586,12 @@ producer_new(const RelayEndpoint *ep, char *why, size_t why_len)
 	p->timeout_ms = ep->timeout_ms;
 	p->topic_has_type = strstr(p->parsed.topic, KAFKA_EVENT_TYPE) != NULL;
 	p->allowed = outbox_allowed_networks;
+	if (ep->auth != NULL && ep->auth->cfg.sasl_mechanism != NULL)
+	{
+		p->sasl_mechanism = keep_secret(ep->auth->cfg.sasl_mechanism);
+		p->username = keep_secret(ep->auth->cfg.username);
+		p->password = keep_secret(ep->auth->cfg.password);
+	}
 	pthread_mutex_init(&p->lock, NULL);
 
 	conf = rd_kafka_conf_new();
@@ -538,12 +612,11 @@ producer_new(const RelayEndpoint *ep, char *why, size_t why_len)
 		 !set_conf(conf, "compression.type", p->parsed.compression, why, why_len)) ||
 		(p->parsed.linger_ms >= 0 &&
 		 !set_conf(conf, "linger.ms", linger, why, why_len)) ||
-		!set_conf(conf, "log.queue", "true", why, why_len))
+		!set_conf(conf, "log.queue", "true", why, why_len) ||
+		!set_sasl(conf, p, why, why_len))
 	{
 		rd_kafka_conf_destroy(conf);
-		pthread_mutex_destroy(&p->lock);
-		pfree(p->url);
-		pfree(p);
+		producer_release(p);
 		return NULL;
 	}
 	rd_kafka_conf_set_opaque(conf, p);
@@ -565,9 +638,7 @@ producer_new(const RelayEndpoint *ep, char *why, size_t why_len)
 	{
 		rd_kafka_conf_destroy(conf);
 		snprintf(why, why_len, "librdkafka could not make a producer: %s", errstr);
-		pthread_mutex_destroy(&p->lock);
-		pfree(p->url);
-		pfree(p);
+		producer_release(p);
 		return NULL;
 	}
 	/* Logs into the main queue, and the main queue wakes the relay. */
@@ -594,23 +665,26 @@ producer_free(Producer *p)
 			break;
 		}
 	rd_kafka_destroy(p->rk);
-	pthread_mutex_destroy(&p->lock);
-	pfree(p->url);
-	pfree(p);
+	producer_release(p);
 }
 
 /*
- * The producer of ep, made if need be; one made from another URL or
- * timeout is retired.  NULL, with why, when none can be made.
+ * The producer of ep, made if need be; one made from another URL,
+ * timeout or SASL credentials is retired.  NULL, with why, when none can be made.
  */
 static Producer *
 producer_of(const RelayEndpoint *ep, char *why, size_t why_len)
 {
+	const AuthConfig *a = ep->auth != NULL ? &ep->auth->cfg : NULL;
+
 	for (Producer *p = producers; p != NULL; p = p->next)
 	{
 		if (p->endpoint_id != ep->id || p->retired)
 			continue;
-		if (p->timeout_ms == ep->timeout_ms && strcmp(p->url, ep->url) == 0)
+		if (p->timeout_ms == ep->timeout_ms && strcmp(p->url, ep->url) == 0 &&
+			same_secret(p->sasl_mechanism, a != NULL ? a->sasl_mechanism : NULL) &&
+			same_secret(p->username, a != NULL ? a->username : NULL) &&
+			same_secret(p->password, a != NULL ? a->password : NULL))
 			return p;
 		p->retired = true;
 	}

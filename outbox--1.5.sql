@@ -776,19 +776,26 @@ BEGIN
         WHEN scheme = 'nats' THEN
             target := 'a NATS';
             takes := '{username,password,token}';
+        WHEN scheme = 'tls' THEN
+            target := 'a NATS';
+            takes := '{username,password,token,client_cert,client_key}';
         WHEN scheme = 'kafka' THEN
             target := 'a Kafka';
             takes := '{sasl}';
+        WHEN scheme = 'kafkas' THEN
+            target := 'a Kafka';
+            takes := '{sasl,client_cert,client_key}';
         ELSE
             target := 'this';
             takes := '{}';
     END CASE;
     FOR k IN SELECT jsonb_object_keys(auth) ORDER BY 1 LOOP
-        IF k IN ('client_cert', 'client_key') AND scheme = 'amqp' THEN
-            RAISE EXCEPTION 'auth''s % is not supported for an amqp:// endpoint', k
+        IF k IN ('client_cert', 'client_key') AND scheme IN ('amqp', 'nats', 'kafka') THEN
+            RAISE EXCEPTION 'auth''s % is not supported for %:// endpoints', k, scheme
                 USING ERRCODE = '0A000',
                       DETAIL = 'A client certificate is presented over TLS alone.',
-                      HINT = 'Use amqps://.';
+                      HINT = format('Use %s://.', CASE scheme WHEN 'amqp' THEN 'amqps'
+                                                              WHEN 'nats' THEN 'tls' ELSE 'kafkas' END);
         ELSIF NOT k = ANY (takes) THEN
             RAISE EXCEPTION 'auth''s % is not supported for % endpoint', k, target
                 USING ERRCODE = '0A000',

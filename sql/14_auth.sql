@@ -124,11 +124,11 @@ SELECT e.name, (SELECT array_agg(k ORDER BY k) FROM jsonb_object_keys(s.auth) k)
   FROM outbox.endpoints e JOIN outbox.endpoint_secrets s ON s.endpoint_id = e.id
  WHERE e.name LIKE 'auth-admin%' ORDER BY e.name;
 
--- The broker targets' forms: RabbitMQ a user and password (and over TLS,
--- amqps, a client certificate), NATS those or a token, Kafka SASL; each
--- refuses the keys its target does not apply (0A000), and a webhook
--- refuses the brokers' keys; bad values are 22023.  Nothing is written by
--- a refused call.
+-- The broker targets' forms: RabbitMQ a user and password, NATS those or
+-- a token, Kafka SASL, and over TLS (amqps, tls, kafkas) a client
+-- certificate beside them; each refuses the keys its target does not
+-- apply (0A000), and a webhook refuses the brokers' keys; bad values are
+-- 22023.  Nothing is written by a refused call.
 SELECT outbox.create_endpoint('auth-amqp', 'amqp://127.0.0.1:5672/?exchange=x',
                               auth => '{"username": "pub", "password": "pw-amqp-31"}') IS NOT NULL AS created;
 SELECT outbox.create_endpoint('auth-amqps', 'amqps://127.0.0.1/?exchange=x',
@@ -138,16 +138,24 @@ SELECT outbox.create_endpoint('auth-nats', 'nats://127.0.0.1:4222/s',
                               auth => '{"username": "pub", "password": "pw-nats-42"}') IS NOT NULL AS created;
 SELECT outbox.create_endpoint('auth-nats-tok', 'nats://127.0.0.1:4222/s',
                               auth => '{"token": "tok-nats-53"}') IS NOT NULL AS created;
+SELECT outbox.create_endpoint('auth-nats-tls', 'tls://127.0.0.1:4222/s',
+                              auth => jsonb_build_object('token', 'tok-nats-tls-08',
+                                                         'client_cert', :'pem', 'client_key', :'pem')) IS NOT NULL AS created;
+SELECT outbox.create_endpoint('auth-kafkas', 'kafkas://127.0.0.1:9093/t',
+                              auth => jsonb_build_object('sasl', '{"mechanism": "PLAIN", "username": "pub", "password": "pw-kafkas-19"}'::jsonb,
+                                                         'client_cert', :'pem', 'client_key', :'pem')) IS NOT NULL AS created;
 SELECT outbox.create_endpoint('auth-kafka', 'kafka://127.0.0.1:9092/t',
                               auth => '{"sasl": {"mechanism": "SCRAM-SHA-512", "username": "pub", "password": "pw-kafka-64"}}') IS NOT NULL AS created;
 SELECT e.name, (SELECT array_agg(k ORDER BY k) FROM jsonb_object_keys(s.auth) k) AS forms
   FROM outbox.endpoints e JOIN outbox.endpoint_secrets s ON s.endpoint_id = e.id
- WHERE e.name IN ('auth-amqp', 'auth-amqps', 'auth-nats', 'auth-nats-tok', 'auth-kafka') ORDER BY e.name;
+ WHERE e.name IN ('auth-amqp', 'auth-amqps', 'auth-nats', 'auth-nats-tok', 'auth-nats-tls', 'auth-kafka', 'auth-kafkas')
+ ORDER BY e.name;
 -- Never in a view.
 SELECT count(*) AS rows_with_broker_secrets
   FROM (SELECT to_jsonb(x)::text AS t FROM outbox.endpoint_status x
         UNION ALL SELECT to_jsonb(x)::text FROM outbox.backlog x) r
- WHERE r.t LIKE '%pw-amqp-31%' OR r.t LIKE '%pw-amqps-97%' OR r.t LIKE '%pw-nats-42%' OR r.t LIKE '%tok-nats-53%' OR r.t LIKE '%pw-kafka-64%';
+ WHERE r.t LIKE '%pw-amqp-31%' OR r.t LIKE '%pw-amqps-97%' OR r.t LIKE '%pw-nats-42%' OR r.t LIKE '%tok-nats-53%' OR r.t LIKE '%pw-kafka-64%'
+    OR r.t LIKE '%tok-nats-tls-08%' OR r.t LIKE '%pw-kafkas-19%';
 SELECT count(*) AS endpoints_before FROM outbox.endpoints \gset
 SELECT u, regexp_replace(a::text, '"/[^"]*PG_VERSION"', '"PEM"', 'g') AS auth, try(format('SELECT outbox.create_endpoint(%L, %L, auth => %L)', 'auth-bad-broker', u, a)) AS result
   FROM (VALUES
@@ -156,9 +164,10 @@ SELECT u, regexp_replace(a::text, '"/[^"]*PG_VERSION"', '"PEM"', 'g') AS auth, t
          ('amqp://127.0.0.1/?exchange=x', '{"token": "tok-x"}'),
          ('amqp://127.0.0.1/?exchange=x', '{"sasl": {"mechanism": "PLAIN", "username": "u", "password": "p"}}'),
          ('nats://127.0.0.1:4222/s', '{"bearer": "tok-x"}'),
-         ('nats://127.0.0.1:4222/s', jsonb_build_object('client_cert', :'pem', 'client_key', :'pem')),
+         ('nats://127.0.0.1:4222/s', jsonb_build_object('client_cert', :'pem', 'client_key', :'pem')),  -- tls only
          ('amqp://127.0.0.1/?exchange=x', jsonb_build_object('client_cert', :'pem', 'client_key', :'pem')),  -- amqps only
          ('kafka://127.0.0.1:9092/t', '{"username": "u", "password": "p"}'),
+         ('kafka://127.0.0.1:9092/t', jsonb_build_object('client_cert', :'pem', 'client_key', :'pem')),  -- kafkas only
          ('kafka://127.0.0.1:9092/t', '{"oauth2": {"token_url": "https://a.example/t", "client_id": "i", "client_secret": "s"}}'),
          ('https://example.com/', '{"username": "u", "password": "p"}'),
          ('https://example.com/', '{"token": "tok-x"}'),

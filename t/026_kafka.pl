@@ -226,7 +226,9 @@ ok($node->poll_query_until('postgres',
 my $t_sasl = time();
 sql("SELECT outbox.create_endpoint('k_sasl', 'kafka://$bootstrap/orders', '{sasl.*}', timeout => '1 second',
 	auth => '{\"sasl\": {\"mechanism\": \"SCRAM-SHA-256\", \"username\": \"outbox_pub\", \"password\": \"pw-Kaf3z\"}}')");
-my $sasl = sql(q{SELECT outbox.emit('sasl.test', '{"n": 4500}', 'key-0')});
+sql("SELECT outbox.create_endpoint('k_tls', 'kafkas://$bootstrap/orders', '{tls.*}', timeout => '1 second')");
+my ($sasl, $tls) = split /\n/, sql(q{SELECT outbox.emit('sasl.test', '{"n": 4500}', 'key-0');
+	SELECT outbox.emit('tls.test', '{"n": 4501}', 'key-0')});
 ok($node->poll_query_until('postgres',
 		"SELECT count(*) >= 1 FROM outbox.attempts WHERE event_id = '$sasl' AND endpoint = 'k_sasl'
 		    AND status IS NULL AND error LIKE '%SASL Handshake not supported by broker (required by mechanism SCRAM-SHA-256)%'"),
@@ -236,8 +238,16 @@ ok(!grep({ n_of($_->[1]) == 4500 } consume('orders')), 'nothing reached the topi
 is(sql(q{SELECT count(*) FROM outbox.attempts WHERE error LIKE '%pw-Kaf3z%'}), '0', 'no attempt shows the password');
 unlike(join("\n", grep { !/LOG:  statement: / && !/^\s/ } split /\n/, slurp_file($node->logfile)),
 	qr/pw-Kaf3z/, 'the server log shows no password');
-sql(q{SELECT outbox.drop_endpoint('k_sasl')});
-diag(sprintf('kafka sasl: %d s', time() - $t_sasl));
+# kafkas:// (TLS, k_tls above): the mock cluster has no TLS listener
+# either, so what is shown is that the producer speaks TLS to it (the
+# handshake fails, and librdkafka's reason is recorded), not a TLS
+# connection that works.
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) >= 1 FROM outbox.attempts WHERE event_id = '$tls' AND endpoint = 'k_tls'
+		    AND status IS NULL AND error LIKE '%ssl://%SSL%'"),
+	'kafkas:// against the mock cluster (which has no TLS): the failed handshake in the attempt log');
+sql(q{SELECT outbox.drop_endpoint('k_sasl'); SELECT outbox.drop_endpoint('k_tls')});
+diag(sprintf('kafka sasl and tls: %d s', time() - $t_sasl));
 
 # The address policy holds for brokers: with 127.0.0.1 no longer allowed,
 # the producer made after the reload connects to none of them.

@@ -361,6 +361,64 @@ unlike(join("\n", grep { !/LOG:  statement: / && !/^\s/ } split /\n/, slurp_file
 	qr/pw-Nats5x|pw-Wr0ng|tok-Nats9y/, 'the server log shows no secret');
 diag(sprintf('nats credentials: %d s', time() - $t_creds));
 
+# tls://: a server of its own with TLS that asks for a client certificate
+# (certificates made here); the CA from outbox.ca_file, the name checked.
+# With the client certificate from auth, acknowledged; without, the
+# server's refusal is recorded and the event tried again.
+$t_creds = time();
+my $tls_port = PostgreSQL::Test::Cluster::get_free_port();
+sub openssl
+{
+	my ($out, $err) = ('', '');
+	IPC::Run::run([ 'openssl', @_ ], '>', \$out, '2>', \$err) or die "openssl @_ failed: $err";
+}
+openssl('req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-days', '2',
+	'-subj', '/CN=outbox test CA', '-keyout', "$dir/ca.key", '-out', "$dir/ca.crt",
+	'-addext', 'basicConstraints=critical,CA:TRUE', '-addext', 'keyUsage=critical,keyCertSign,cRLSign');
+for my $c ([ 'server', "subjectAltName = DNS:localhost, IP:127.0.0.1\nextendedKeyUsage = serverAuth" ],
+	[ 'client', 'extendedKeyUsage = clientAuth' ])
+{
+	my ($name, $ext) = @$c;
+	openssl('req', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-subj', "/CN=$name",
+		'-keyout', "$dir/$name.key", '-out', "$dir/$name.csr");
+	PostgreSQL::Test::Utils::append_to_file("$dir/$name.ext", "$ext\nbasicConstraints = CA:FALSE\n");
+	openssl('x509', '-req', '-in', "$dir/$name.csr", '-CA', "$dir/ca.crt", '-CAkey', "$dir/ca.key",
+		'-CAcreateserial', '-days', '2', '-extfile', "$dir/$name.ext", '-out', "$dir/$name.crt");
+}
+PostgreSQL::Test::Utils::append_to_file("$dir/tls.conf", qq{listen: "127.0.0.1:$tls_port"
+jetstream { store_dir: "$dir/tls" }
+tls { cert_file: "$dir/server.crt", key_file: "$dir/server.key", ca_file: "$dir/ca.crt", verify: true }
+});
+push @server, IPC::Run::start([ 'nats-server', '-c', "$dir/tls.conf" ], '>', "$dir/tls.out", '2>', "$dir/tls.log");
+{
+	local %ENV = (%ENV, NATS_CA => "$dir/ca.crt", NATS_CERT => "$dir/client.crt", NATS_KEY => "$dir/client.key");
+	my $cluster = $servers;
+	$servers = "localhost:$tls_port";
+	add_stream(name => 'TLS', subjects => ['tls.>'], num_replicas => 1);
+	$servers = $cluster;
+}
+reload_with('outbox.ca_file' => "$dir/ca.crt") or die 'no reload';
+sql("SELECT outbox.create_endpoint('n_tls', 'tls://localhost:$tls_port/tls.ok', '{tls.ok}', timeout => '2 seconds',
+	auth => '{\"client_cert\": \"$dir/client.crt\", \"client_key\": \"$dir/client.key\"}');
+     SELECT outbox.create_endpoint('n_tls_nocert', 'tls://localhost:$tls_port/tls.nocert', '{tls.nocert}',
+	timeout => '2 seconds')");
+my ($t_ok, $t_nocert) = split /\n/, sql(q{SELECT outbox.emit('tls.ok', '{"n": 1}'); SELECT outbox.emit('tls.nocert', '{"n": 2}')});
+ok($node->poll_query_until('postgres', "SELECT count(*) = 1 FROM outbox.attempts WHERE event_id = '$t_ok' AND status = 200"),
+	'tls:// with a client certificate from auth: acknowledged');
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) >= 1 FROM outbox.attempts WHERE event_id = '$t_nocert' AND status IS NULL
+		    AND error LIKE '%libnats could not make a connection%'"),
+	'tls:// without the client certificate the server asks for: a failed attempt');
+sql("SELECT outbox.create_endpoint('n_tls_ip', 'tls://127.0.0.1:$tls_port/tls.ip', '{tls.ip}', timeout => '2 seconds',
+	auth => '{\"client_cert\": \"$dir/client.crt\", \"client_key\": \"$dir/client.key\"}')");
+my $t_ip = sql(q{SELECT outbox.emit('tls.ip', '{"n": 3}')});
+ok($node->poll_query_until('postgres', "SELECT count(*) = 1 FROM outbox.attempts WHERE event_id = '$t_ip' AND status = 200"),
+	'tls:// to an address its certificate names: acknowledged');
+is(sql("SELECT count(*) FROM outbox.dead_letters WHERE event_id = '$t_nocert'"), '0', 'not a dead letter');
+sql(q{SELECT outbox.drop_endpoint('n_tls'); SELECT outbox.drop_endpoint('n_tls_nocert');
+      SELECT outbox.drop_endpoint('n_tls_ip')});
+diag(sprintf('nats tls: %d s', time() - $t_creds));
+
 # Crash rounds: the relay killed while events flow; the duplicate window
 # keeps one copy of each in the stream.
 add_stream(name => 'CRASH', subjects => ['crash.>']);

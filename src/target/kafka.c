@@ -17,8 +17,10 @@
  * lz4, zstd) and linger_ms.  Credentials are never taken from the URL:
  * the endpoint's auth {"sasl": {"mechanism", "username", "password"}}
  * makes the producer authenticate with SASL (PLAIN, SCRAM-SHA-256 or
- * SCRAM-SHA-512) over plaintext (security.protocol SASL_PLAINTEXT); a
- * change of it makes a new producer.  A broker that refuses them fails
+ * SCRAM-SHA-512); kafkas:// is the same over TLS (security.protocol SSL
+ * or SASL_SSL: the brokers verified against outbox.ca_file, or OpenSSL's
+ * default store, and by name; auth's client_cert and client_key
+ * presented).  A change of auth makes a new producer.  A broker that refuses them fails
  * the messages when they time out, with librdkafka's reason ("client
  * error: SASL authentication error: ..."), tried again on the schedule.
  *
@@ -92,6 +94,9 @@ typedef struct Producer
 	char	   *sasl_mechanism; /* the endpoint's auth, when it has one */
 	char	   *username;
 	char	   *password;
+	char	   *client_cert;	/* kafkas://: presented when set */
+	char	   *client_key;
+	char	   *ca_file;		/* outbox.ca_file it was made under */
 	pthread_mutex_t lock;		/* guards refused, written by connect_cb */
 	char		refused[256];	/* the last address refused, or "" */
 	char		last_error[256];	/* the last client error (error_cb) */
@@ -212,12 +217,18 @@ kafka_parse_url(const char *url, KafkaUrl *out, const char **problem)
 
 	memset(out, 0, sizeof(*out));
 	out->linger_ms = -1;
-	if (pg_strncasecmp(url, "kafka://", 8) != 0)
+	if (pg_strncasecmp(url, "kafkas://", 9) == 0)
 	{
-		*problem = "A Kafka endpoint URL starts with \"kafka://\".";
+		out->tls = true;
+		p = url + 9;
+	}
+	else if (pg_strncasecmp(url, "kafka://", 8) == 0)
+		p = url + 8;
+	else
+	{
+		*problem = "A Kafka endpoint URL starts with \"kafka://\" (or \"kafkas://\").";
 		return false;
 	}
-	p = url + 8;
 	if (strpbrk(url, "@#") != NULL)
 	{
 		*problem = "A Kafka endpoint URL has no credentials and no fragment; credentials are never taken from the URL.";
@@ -543,20 +554,41 @@ producer_release(Producer *p)
 	forget_secret(p->sasl_mechanism);
 	forget_secret(p->username);
 	forget_secret(p->password);
+	forget_secret(p->client_cert);
+	forget_secret(p->client_key);
+	forget_secret(p->ca_file);
 	pfree(p->url);
 	pfree(p);
 }
 
-/* The SASL settings of p's auth, if any; false, with why, if refused. */
+/*
+ * The security settings: SASL from p's auth, if any, and TLS for kafkas://
+ * (the brokers verified against outbox.ca_file, or OpenSSL's default
+ * store, and by name; the client certificate presented if auth has one).
+ * False, with why, if librdkafka refused one.
+ */
 static bool
-set_sasl(rd_kafka_conf_t *conf, const Producer *p, char *why, size_t why_len)
+set_security(rd_kafka_conf_t *conf, const Producer *p, char *why, size_t why_len)
 {
-	if (p->sasl_mechanism == NULL)
+	const char *protocol = p->parsed.tls ? (p->sasl_mechanism ? "sasl_ssl" : "ssl") :
+		(p->sasl_mechanism ? "sasl_plaintext" : "plaintext");
+
+	if (!set_conf(conf, "security.protocol", protocol, why, why_len))
+		return false;
+	if (p->sasl_mechanism != NULL &&
+		(!set_conf(conf, "sasl.mechanisms", p->sasl_mechanism, why, why_len) ||
+		 !set_secret_conf(conf, "sasl.username", p->username, why, why_len) ||
+		 !set_secret_conf(conf, "sasl.password", p->password, why, why_len)))
+		return false;
+	if (!p->parsed.tls)
 		return true;
-	return set_conf(conf, "security.protocol", "sasl_plaintext", why, why_len) &&
-		set_conf(conf, "sasl.mechanisms", p->sasl_mechanism, why, why_len) &&
-		set_secret_conf(conf, "sasl.username", p->username, why, why_len) &&
-		set_secret_conf(conf, "sasl.password", p->password, why, why_len);
+	return set_conf(conf, "enable.ssl.certificate.verification", "true", why, why_len) &&
+		set_conf(conf, "ssl.endpoint.identification.algorithm", "https", why, why_len) &&
+		(p->ca_file[0] == '\0' ||
+		 set_conf(conf, "ssl.ca.location", p->ca_file, why, why_len)) &&
+		(p->client_cert == NULL ||
+		 (set_conf(conf, "ssl.certificate.location", p->client_cert, why, why_len) &&
+		  set_conf(conf, "ssl.key.location", p->client_key, why, why_len)));
 }
 
 /* A new producer for ep, or NULL with the reason in why. */
@@ -592,6 +624,12 @@ producer_new(const RelayEndpoint *ep, char *why, size_t why_len)
 		p->username = keep_secret(ep->auth->cfg.username);
 		p->password = keep_secret(ep->auth->cfg.password);
 	}
+	if (ep->auth != NULL && ep->auth->cfg.client_cert != NULL)
+	{
+		p->client_cert = keep_secret(ep->auth->cfg.client_cert);
+		p->client_key = keep_secret(ep->auth->cfg.client_key);
+	}
+	p->ca_file = keep_secret(outbox_ca_file != NULL ? outbox_ca_file : "");
 	pthread_mutex_init(&p->lock, NULL);
 
 	conf = rd_kafka_conf_new();
@@ -613,7 +651,7 @@ producer_new(const RelayEndpoint *ep, char *why, size_t why_len)
 		(p->parsed.linger_ms >= 0 &&
 		 !set_conf(conf, "linger.ms", linger, why, why_len)) ||
 		!set_conf(conf, "log.queue", "true", why, why_len) ||
-		!set_sasl(conf, p, why, why_len))
+		!set_security(conf, p, why, why_len))
 	{
 		rd_kafka_conf_destroy(conf);
 		producer_release(p);
@@ -684,7 +722,9 @@ producer_of(const RelayEndpoint *ep, char *why, size_t why_len)
 		if (p->timeout_ms == ep->timeout_ms && strcmp(p->url, ep->url) == 0 &&
 			same_secret(p->sasl_mechanism, a != NULL ? a->sasl_mechanism : NULL) &&
 			same_secret(p->username, a != NULL ? a->username : NULL) &&
-			same_secret(p->password, a != NULL ? a->password : NULL))
+			same_secret(p->password, a != NULL ? a->password : NULL) &&
+			same_secret(p->client_cert, a != NULL ? a->client_cert : NULL) &&
+			same_secret(p->client_key, a != NULL ? a->client_key : NULL))
 			return p;
 		p->retired = true;
 	}
@@ -914,12 +954,16 @@ kafka_start(void)
 	target_wake_pipe(wake_pipe);
 }
 
-/* After a reload: producers made under other allowed networks retire. */
+/*
+ * After a reload: producers made under other allowed networks or another
+ * outbox.ca_file retire.
+ */
 void
 kafka_configure(void)
 {
 	for (Producer *p = producers; p != NULL; p = p->next)
-		if (!address_networks_equal(&p->allowed, &outbox_allowed_networks))
+		if (!address_networks_equal(&p->allowed, &outbox_allowed_networks) ||
+			strcmp(p->ca_file, outbox_ca_file != NULL ? outbox_ca_file : "") != 0)
 			p->retired = true;
 }
 

@@ -5,7 +5,10 @@
  *	  JetStream with libnats, its publish acknowledgement as the result.
  *
  * An endpoint URL nats://host:port[,host:port]/SUBJECT names the servers
- * and the subject; SUBJECT may contain {event_type}, which becomes the
+ * and the subject (tls://, the same, over TLS: the servers' certificates
+ * verified against outbox.ca_file, or the system's bundle, and the one
+ * host name the servers share; the endpoint's auth client_cert and
+ * client_key presented); SUBJECT may contain {event_type}, which becomes the
  * event's type (its dots separate subject tokens, as NATS subjects do).
  * The message's data is the body in the endpoint's format; its headers
  * are Nats-Msg-Id (the event id: JetStream's duplicate window drops a copy
@@ -79,6 +82,7 @@
 #include <unistd.h>
 
 #include <nats/nats.h>
+#include <openssl/x509.h>
 
 #include "lib/stringinfo.h"
 #include "portability/instr_time.h"
@@ -124,6 +128,9 @@ typedef struct NatsConn
 	char	   *username;		/* the endpoint's auth, when it has one */
 	char	   *password;
 	char	   *token;
+	char	   *client_cert;	/* tls://: presented when set */
+	char	   *client_key;
+	char	   *ca_file;		/* outbox.ca_file it was made under */
 	struct NatsConn *next;
 } NatsConn;
 
@@ -267,12 +274,18 @@ nats_parse_url(const char *url, NatsUrl *out, const char **problem)
 	bool		token_empty = true;
 
 	memset(out, 0, sizeof(*out));
-	if (pg_strncasecmp(url, "nats://", 7) != 0)
+	if (pg_strncasecmp(url, "tls://", 6) == 0)
 	{
-		*problem = "A NATS endpoint URL starts with \"nats://\".";
+		out->tls = true;
+		p = url + 6;
+	}
+	else if (pg_strncasecmp(url, "nats://", 7) == 0)
+		p = url + 7;
+	else
+	{
+		*problem = "A NATS endpoint URL starts with \"nats://\" (or \"tls://\").";
 		return false;
 	}
-	p = url + 7;
 	if (strpbrk(url, "@#?") != NULL)
 	{
 		*problem = "A NATS endpoint URL has no credentials, options or fragment; credentials are never taken from the URL.";
@@ -296,6 +309,14 @@ nats_parse_url(const char *url, NatsUrl *out, const char **problem)
 			*problem = "Each server is host:port (or [IPv6]:port), separated by commas.";
 			return false;
 		}
+		/* libnats checks one name against every server's certificate */
+		if (out->tls && out->tls_host[0] != '\0' && pg_strcasecmp(out->tls_host, host) != 0)
+		{
+			*problem = "The servers of a tls:// URL share one host name (or address): it is the name their certificates are checked against.";
+			return false;
+		}
+		if (out->tls)
+			strlcpy(out->tls_host, host, sizeof(out->tls_host));
 		s = comma != NULL ? comma + 1 : slash;
 	}
 	memcpy(out->servers, p, len);
@@ -518,6 +539,21 @@ conn_connect(NatsConn *c)
 		s = natsOptions_SetUserInfo(opts, c->username, c->password);
 	if (s == NATS_OK && c->token != NULL)
 		s = natsOptions_SetToken(opts, c->token);
+	/*
+	 * TLS: libnats verifies the chain against the CA file given (the
+	 * system's bundle when outbox.ca_file is empty: libnats loads none by
+	 * itself) and, with an expected host name, the name; the servers it
+	 * connects to are the addresses the policy allowed.
+	 */
+	if (s == NATS_OK && c->parsed.tls)
+		s = natsOptions_SetSecure(opts, true);
+	if (s == NATS_OK && c->parsed.tls)
+		s = natsOptions_SetExpectedHostname(opts, c->parsed.tls_host);
+	if (s == NATS_OK && c->parsed.tls)
+		s = natsOptions_LoadCATrustedCertificates(opts, c->ca_file[0] ? c->ca_file :
+												  X509_get_default_cert_file());
+	if (s == NATS_OK && c->parsed.tls && c->client_cert != NULL)
+		s = natsOptions_LoadCertificatesChain(opts, c->client_cert, c->client_key);
 	if (s == NATS_OK)
 	{
 		/*
@@ -590,6 +626,11 @@ conn_free(NatsConn *c)
 	forget_secret(c->username);
 	forget_secret(c->password);
 	forget_secret(c->token);
+	if (c->client_cert != NULL)
+		pfree(c->client_cert);
+	if (c->client_key != NULL)
+		pfree(c->client_key);
+	pfree(c->ca_file);
 	pfree(c->url);
 	pfree(c);
 }
@@ -616,7 +657,9 @@ conn_auth_is(const NatsConn *c, const RelayEndpoint *ep)
 
 	return same_secret(c->username, a != NULL ? a->username : NULL) &&
 		same_secret(c->password, a != NULL ? a->password : NULL) &&
-		same_secret(c->token, a != NULL ? a->token : NULL);
+		same_secret(c->token, a != NULL ? a->token : NULL) &&
+		same_secret(c->client_cert, a != NULL ? a->client_cert : NULL) &&
+		same_secret(c->client_key, a != NULL ? a->client_key : NULL);
 }
 
 /*
@@ -655,7 +698,10 @@ conn_of(const RelayEndpoint *ep)
 		c->username = keep_secret(ep->auth->cfg.username);
 		c->password = keep_secret(ep->auth->cfg.password);
 		c->token = keep_secret(ep->auth->cfg.token);
+		c->client_cert = keep_secret(ep->auth->cfg.client_cert);
+		c->client_key = keep_secret(ep->auth->cfg.client_key);
 	}
+	c->ca_file = MemoryContextStrdup(TopMemoryContext, outbox_ca_file != NULL ? outbox_ca_file : "");
 	c->made_at = c->used_at = GetCurrentTimestamp();
 	c->next = conns;
 	conns = c;
@@ -1118,12 +1164,16 @@ nats_start(void)
 							HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
 }
 
-/* After a reload: connections made under other allowed networks retire. */
+/*
+ * After a reload: connections made under other allowed networks or another
+ * outbox.ca_file retire.
+ */
 void
 nats_configure(void)
 {
 	for (NatsConn *c = conns; c != NULL; c = c->next)
-		if (!address_networks_equal(&c->allowed, &outbox_allowed_networks))
+		if (!address_networks_equal(&c->allowed, &outbox_allowed_networks) ||
+			strcmp(c->ca_file, outbox_ca_file != NULL ? outbox_ca_file : "") != 0)
 			c->retired = true;
 }
 

@@ -8,7 +8,8 @@
 //   node nats_stream.js SERVERS read NAME          every message, in order
 //
 // SERVERS is host:port[,host:port].  NATS_USER and NATS_PASS, or
-// NATS_TOKEN, in the environment: the credentials to connect with.  read prints one JSON line per message:
+// NATS_TOKEN, in the environment: the credentials to connect with;
+// NATS_CA, NATS_CERT and NATS_KEY: TLS with that CA and client certificate.  read prints one JSON line per message:
 // seq, subject, headers (name: value; the first value of each), data (the
 // payload as text), from the first sequence to the last at the start.
 // Exits 1 with the client's error on stderr.
@@ -19,7 +20,9 @@ const { connect, StringCodec } = require("nats");
 async function main()
 {
 	const [servers, cmd, arg] = process.argv.slice(2);
-	const nc = await connect({ servers: servers.split(","), timeout: 5000,
+	const tls = process.env.NATS_CA ? { caFile: process.env.NATS_CA, certFile: process.env.NATS_CERT,
+		keyFile: process.env.NATS_KEY } : undefined;
+	const nc = await connect({ servers: servers.split(","), timeout: 5000, tls,
 		user: process.env.NATS_USER, pass: process.env.NATS_PASS, token: process.env.NATS_TOKEN });
 	try
 	{

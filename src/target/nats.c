@@ -22,8 +22,9 @@
  * are never taken from the URL: the endpoint's auth gives a user and
  * password or a token (natsOptions_SetUserInfo, natsOptions_SetToken), and
  * a change of either makes a new connection.  A server that refuses them
- * ("Authorization Violation") fails the connection: the publishes fail
- * with that reason and are tried again on the schedule.
+ * ("Authorization Violation") leaves the connection unconnected until
+ * libnats closes it: the publishes fail with that reason and are tried
+ * again on the schedule, on a new connection.
  *
  * Each NATS endpoint has a connection of its own, made at its first
  * delivery, with a JetStream context.  The servers' names are resolved
@@ -31,12 +32,12 @@
  * outbox.allowed_networks (address.c): libnats gets the allowed addresses
  * alone, and ignores the servers a cluster advertises, so it connects to
  * nothing else.  The first connection attempt is made in the relay and
- * bounded by the endpoint's timeout (at most 2 s a server); a server that
- * answers and refuses (the credentials, say) fails the connection with
- * its reason, made again a second later; if no server answers, a second
- * attempt, as bounded, leaves libnats trying in its own threads, for as
- * long as the connection lives, and publishes wait in its buffer
- * meanwhile.
+ * bounded by the endpoint's timeout (at most 2 s a server); if no server
+ * answers, libnats goes on trying in its own threads, for as long as the
+ * connection lives, and publishes wait in its buffer meanwhile.  Why the
+ * first attempt failed (a server's refusal of the credentials, say) is
+ * kept for the attempt log: libnats, giving up after refusals, closes the
+ * connection and keeps only "no server available".
  *
  * Publishing is asynchronous (js_PublishMsgAsync) with the endpoint's
  * timeout as the longest wait for an acknowledgement.  An acknowledgement
@@ -119,6 +120,7 @@ typedef struct NatsConn
 	natsConnection *nc;			/* NULL: could not be made (why) */
 	jsCtx	   *js;
 	char		why[256];		/* why nc is NULL, or which address was left out */
+	char		first_failure[192]; /* "; why the first attempt failed", or "" */
 	TimestampTz made_at;
 	TimestampTz used_at;		/* its last message was published */
 	int			in_flight;		/* messages published, not yet answered */
@@ -534,6 +536,8 @@ conn_connect(NatsConn *c)
 	if (s == NATS_OK)
 		s = natsOptions_SetReconnectWait(opts, 500);
 	if (s == NATS_OK)
+		s = natsOptions_SetRetryOnFailedConnect(opts, true, connected_cb, NULL);
+	if (s == NATS_OK)
 		s = natsOptions_SetErrorHandler(opts, error_cb, NULL);
 	if (s == NATS_OK && c->username != NULL)
 		s = natsOptions_SetUserInfo(opts, c->username, c->password);
@@ -556,21 +560,22 @@ conn_connect(NatsConn *c)
 		s = natsOptions_LoadCertificatesChain(opts, c->client_cert, c->client_key);
 	if (s == NATS_OK)
 	{
-		/*
-		 * Once without retrying, so that a server's refusal (of the
-		 * credentials, say) is known with its reason: libnats, retrying,
-		 * would close the connection and keep only "no server available".
-		 * When no server answered, again with libnats trying on in its
-		 * threads.
-		 */
 		SIGNALS_OFF(s = natsConnection_Connect(&c->nc, opts));
-		if (s == NATS_NO_SERVER || s == NATS_TIMEOUT || s == NATS_IO_ERROR)
+		if (s == NATS_NOT_YET_CONNECTED)
 		{
-			s = natsOptions_SetRetryOnFailedConnect(opts, true, connected_cb, NULL);
-			if (s == NATS_OK)
-				SIGNALS_OFF(s = natsConnection_Connect(&c->nc, opts));
-			if (s == NATS_NOT_YET_CONNECTED)
-				s = NATS_OK;	/* libnats goes on trying */
+			/*
+			 * libnats goes on trying.  Why the first attempt failed is
+			 * kept now: a server's refusal (of the credentials, of the
+			 * client certificate) is known only until libnats, trying on,
+			 * gives up and keeps "no server available".
+			 */
+			const char *last = NULL;
+
+			(void) natsConnection_GetLastError(c->nc, &last);
+			if (last != NULL && last[0] != '\0')
+				snprintf(c->first_failure, sizeof(c->first_failure),
+						 "; the first connection attempt failed: %s", last);
+			s = NATS_OK;
 		}
 	}
 	if (s == NATS_OK)
@@ -943,9 +948,10 @@ nats_submit(Delivery *d, int relay_in_flight)
 		natsMsg_Destroy(msg);
 		(void) natsConnection_GetLastError(c->nc, &last);
 		if (natsConnection_Status(c->nc) != NATS_CONN_STATUS_CONNECTED)
-			fail_now(d, false, "NATS: not connected to a server%s%s%s%s",
+			fail_now(d, false, "NATS: not connected to a server%s%s%s%s%s",
 					 last != NULL && last[0] ? "; last error: " : "",
 					 last != NULL ? last : "",
+					 c->first_failure,
 					 c->why[0] ? "; " : "", c->why);
 		else
 			fail_now(d, permanent_refusal(s, 0), "NATS: could not publish: %s",
@@ -1003,11 +1009,12 @@ finish(NatsAck *a)
 
 			(void) natsConnection_GetLastError(f->conn->nc, &last);
 			snprintf(r->error, sizeof(r->error),
-					 "NATS: no acknowledgement within %ld ms%s%s%s%s%s",
+					 "NATS: no acknowledgement within %ld ms%s%s%s%s%s%s",
 					 f->conn->timeout_ms,
 					 cs == NATS_CONN_STATUS_CONNECTED ? "" : " (not connected to a server)",
 					 last != NULL && last[0] ? "; last error: " : "",
 					 last != NULL ? last : "",
+					 cs == NATS_CONN_STATUS_CONNECTED ? "" : f->conn->first_failure,
 					 f->conn->why[0] ? "; " : "", f->conn->why);
 		}
 		else if (a->err_code != 0)
@@ -1048,7 +1055,8 @@ conn_closed(NatsConn *c)
 			continue;
 		d = f->d;
 		snprintf(d->result.error, sizeof(d->result.error),
-				 "NATS: the connection closed before an acknowledgement came");
+				 "NATS: the connection closed before an acknowledgement came%s",
+				 c->first_failure);
 		d->result.transport_error = true;
 		c->in_flight--;
 		nats_in_flight--;

@@ -341,8 +341,8 @@ ok($node->poll_query_until('postgres',
 	'a user and password, and a token, from auth: acknowledged');
 ok($node->poll_query_until('postgres',
 		"SELECT count(*) >= 2 FROM outbox.attempts WHERE event_id = '$c_wrong' AND status IS NULL
-		    AND error ILIKE '%authorization violation%'"),
-	'a wrong password: the server\'s reason in the attempt log, tried again');
+		    AND error LIKE '%authentication failed, Authorization Violation%'"),
+	'a wrong password: an authentication failure with the server\'s reason in the attempt log, tried again');
 is(sql("SELECT count(*) FROM outbox.dead_letters WHERE event_id = '$c_wrong'"), '0', 'and no dead letter');
 sql(q{SELECT outbox.alter_endpoint('n_wrong', auth => '{"username": "outbox_pub", "password": "pw-Nats5x"}')});
 ok($node->poll_query_until('postgres', "SELECT count(*) = 1 FROM outbox.attempts WHERE event_id = '$c_wrong' AND status = 200"),

@@ -100,6 +100,7 @@ typedef struct Producer
 	pthread_mutex_t lock;		/* guards refused, written by connect_cb */
 	char		refused[256];	/* the last address refused, or "" */
 	char		last_error[256];	/* the last client error (error_cb) */
+	bool		last_error_auth;	/* it was an authentication failure */
 	struct Producer *next;
 } Producer;
 
@@ -440,7 +441,8 @@ finish(KafkaMessage *m, rd_kafka_resp_err_t err, int32 partition, int64 offset)
 		{
 			/* what kept it from the brokers, if anything was said */
 			pthread_mutex_lock(&m->p->lock);
-			snprintf(r->error, sizeof(r->error), "Kafka: %s (%s)%s%s",
+			snprintf(r->error, sizeof(r->error), "%sKafka: %s (%s)%s%s",
+					 !m->p->refused[0] && m->p->last_error_auth ? "authentication failed: " : "",
 					 rd_kafka_err2str(err), rd_kafka_err2name(err),
 					 m->p->refused[0] ? "; " : m->p->last_error[0] ? "; client error: " : "",
 					 m->p->refused[0] ? m->p->refused : m->p->last_error);
@@ -476,6 +478,7 @@ error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 
 	pthread_mutex_lock(&p->lock);
 	strlcpy(p->last_error, reason, sizeof(p->last_error));
+	p->last_error_auth = (err == RD_KAFKA_RESP_ERR__AUTHENTICATION);
 	pthread_mutex_unlock(&p->lock);
 	if (err == RD_KAFKA_RESP_ERR__FATAL && !p->retired)
 	{

@@ -574,7 +574,9 @@ conn_connect(NatsConn *c)
 			(void) natsConnection_GetLastError(c->nc, &last);
 			if (last != NULL && last[0] != '\0')
 				snprintf(c->first_failure, sizeof(c->first_failure),
-						 "; the first connection attempt failed: %s", last);
+						 "; the first connection attempt failed: %s%s",
+						 pg_strcasecmp(last, "Authorization Violation") == 0 ?
+						 "authentication failed, " : "", last);
 			s = NATS_OK;
 		}
 	}

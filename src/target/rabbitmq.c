@@ -680,12 +680,19 @@ connect_broker(PublisherState *s, char *why, size_t why_len)
 	if (r.reply_type != AMQP_RESPONSE_NORMAL)
 	{
 		/*
-		 * A refused login: RabbitMQ closes with 403 ACCESS_REFUSED, or (older
-		 * brokers) just closes the socket, which librabbitmq reports as a
-		 * lost connection.
+		 * A refused login: RabbitMQ closes with 403 ACCESS_REFUSED (said
+		 * as an authentication failure, as the webhook target says its
+		 * own), or (older brokers) just closes the socket, which
+		 * librabbitmq reports as a lost connection.
 		 */
+		char		text[AMQP_ERROR_LEN];
+		bool		refused = r.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION &&
+			r.reply.id == AMQP_CONNECTION_CLOSE_METHOD &&
+			((amqp_connection_close_t *) r.reply.decoded)->reply_code == AMQP_ACCESS_REFUSED;
+
 		reply_text(r, p->username != NULL ? "logging in as the endpoint's user" :
-				   "logging in as guest", why, why_len);
+				   "logging in as guest", text, sizeof(text));
+		snprintf(why, why_len, "%s%s", refused ? "authentication failed: " : "", text);
 		goto fail;
 	}
 	amqp_channel_open(s->conn, AMQP_CHANNEL);

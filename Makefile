@@ -56,7 +56,7 @@ PG_CPPFLAGS = $(addprefix -I$(srcdir)/,$(SRC_DIRS)) -DOUTBOX_VERSION='"$(OUTBOX_
 # No -Werror here: a newer compiler's new warning must not break a user's
 # build.  scripts/test.sh (CI) adds it with COPT=-Werror.
 PG_CFLAGS = -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers
-SHLIB_LINK = $(shell $(CURL_CONFIG) --libs) -lrdkafka -lnats -lrabbitmq
+SHLIB_LINK = $(shell $(CURL_CONFIG) --libs) -lrdkafka -lnats -lrabbitmq -lssl -lcrypto
 
 # pg_regress and pg_isolation_regress each start a private instance with the
 # library preloaded, so the suite never touches a running server.

@@ -746,24 +746,67 @@ LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'outbox_check_auth';
 COMMENT ON FUNCTION outbox._check_auth(jsonb) IS
     'internal: validate an endpoint''s client authentication';
 
--- Client authentication is applied by the webhook target alone: an
--- endpoint of a broker (Kafka, NATS, RabbitMQ) with auth is refused rather
--- than sent without it.
+-- Client authentication, by the endpoint's target: each scheme takes the
+-- keys its target applies (README, "Client authentication") and refuses
+-- the others rather than sending without them.  auth is one _check_auth
+-- passed; no message names a value.
 CREATE FUNCTION outbox._check_auth_target(auth jsonb, url text) RETURNS void
 LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    scheme text := lower(split_part(url, '://', 1));
+    target text;
+    takes  text[];
+    k      text;
 BEGIN
-    IF auth IS NOT NULL AND url !~* '^https?://' THEN
-        RAISE EXCEPTION 'client authentication is not supported for endpoint URL "%"',
-                        split_part(url, '://', 1) || '://...'
-            USING ERRCODE = '0A000',
-                  DETAIL = 'auth is applied to http and https endpoints only; the Kafka, NATS and RabbitMQ targets do not read it.';
+    IF auth IS NULL THEN
+        RETURN;
     END IF;
+    CASE
+        WHEN scheme IN ('http', 'https') THEN
+            target := 'a webhook';
+            takes := '{bearer,oauth2,client_cert,client_key}';
+        WHEN scheme = 'amqp' THEN
+            target := 'a RabbitMQ';
+            takes := '{username,password}';
+        WHEN scheme = 'amqps' THEN
+            target := 'a RabbitMQ';
+            takes := '{username,password,client_cert,client_key}';
+        WHEN scheme = 'nats' THEN
+            target := 'a NATS';
+            takes := '{username,password,token}';
+        WHEN scheme = 'tls' THEN
+            target := 'a NATS';
+            takes := '{username,password,token,client_cert,client_key}';
+        WHEN scheme = 'kafka' THEN
+            target := 'a Kafka';
+            takes := '{sasl}';
+        WHEN scheme = 'kafkas' THEN
+            target := 'a Kafka';
+            takes := '{sasl,client_cert,client_key}';
+        ELSE
+            target := 'this';
+            takes := '{}';
+    END CASE;
+    FOR k IN SELECT jsonb_object_keys(auth) ORDER BY 1 LOOP
+        IF k IN ('client_cert', 'client_key') AND scheme IN ('amqp', 'nats', 'kafka') THEN
+            RAISE EXCEPTION 'auth''s % is not supported for %:// endpoints', k, scheme
+                USING ERRCODE = '0A000',
+                      DETAIL = 'A client certificate is presented over TLS alone.',
+                      HINT = format('Use %s://.', CASE scheme WHEN 'amqp' THEN 'amqps'
+                                                              WHEN 'nats' THEN 'tls' ELSE 'kafkas' END);
+        ELSIF NOT k = ANY (takes) THEN
+            RAISE EXCEPTION 'auth''s % is not supported for % endpoint', k, target
+                USING ERRCODE = '0A000',
+                      DETAIL = format('The auth of an endpoint URL %s takes %s.',
+                                      scheme || '://...', coalesce(nullif(array_to_string(takes, ', '), ''), 'no keys'));
+        END IF;
+    END LOOP;
 END
 $$;
 COMMENT ON FUNCTION outbox._check_auth_target(jsonb, text) IS
-    'internal: refuse client authentication on an endpoint whose target does not apply it';
+    'internal: refuse auth keys that an endpoint''s target does not apply';
 
 -- An endpoint whose auth sends an Authorization header (bearer, oauth2)
 -- may not have one among its own headers.

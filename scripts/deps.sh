@@ -14,6 +14,7 @@ PACKAGES=(
 	libnats-dev             # the NATS JetStream target
 	nats-server             # TAP tests: a JetStream cluster on 127.0.0.1
 	librabbitmq-dev         # the RabbitMQ target
+	libssl-dev              # amqps: the RabbitMQ target sets OpenSSL's verification
 	rabbitmq-server         # TAP tests: a broker each test starts itself
 	libipc-run-perl perl    # TAP tests: IPC::Run and prove
 	python3                 # scripts/receiver.py

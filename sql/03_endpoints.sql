@@ -147,10 +147,12 @@ SELECT try($$SELECT outbox.create_endpoint('ep-badurl', NULL)$$) AS null_url;
 
 -- Kafka URLs (the Kafka target): servers, a topic that may contain
 -- {event_type}, the options compression and linger_ms; the scheme is kept
--- in lower case.  Neither credentials nor other options are accepted.
+-- in lower case; kafkas is the same over TLS.  Neither credentials nor
+-- other options are accepted.
 SELECT u AS url, try(format('SELECT outbox.create_endpoint(%L, %L)', 'ep-kafka-' || n, u)) AS result
   FROM unnest(ARRAY[
          'kafka://broker1:9092,broker2:9092/orders',
+         'KAFKAS://broker1:9093,broker2:9093/orders',
          'KAFKA://[::1]:9092/events.{event_type}?compression=zstd&linger_ms=5',
          'kafka://broker/t'
        ]) WITH ORDINALITY AS v(u, n);
@@ -165,6 +167,7 @@ SELECT u AS url, try(format('SELECT outbox.create_endpoint(%L, %L)', 'ep-badkafk
          'kafka://broker:0/orders',
          'kafka://broker:9092,/orders',
          'kafka://user:secret@broker:9092/orders',
+         'kafkas://user:secret@broker:9092/orders',
          'kafka://broker:9092/or ders',
          'kafka://broker:9092/..',
          'kafka://broker:9092/orders?acks=0',
@@ -181,10 +184,12 @@ SELECT count(*) AS badkafka_written FROM outbox.endpoints WHERE name = 'ep-badka
 
 -- NATS JetStream URLs (the NATS target): servers (port 4222 when left
 -- out), a subject of tokens that may contain {event_type}; the scheme is
--- kept in lower case.  No credentials, options, wildcards or empty tokens.
+-- kept in lower case; tls is the same over TLS, its servers sharing one
+-- host name.  No credentials, options, wildcards or empty tokens.
 SELECT u AS url, try(format('SELECT outbox.create_endpoint(%L, %L)', 'ep-nats-' || n, u)) AS result
   FROM unnest(ARRAY[
          'nats://n1:4222,n2:4222/orders',
+         'TLS://nats.example:4222,nats.example:4223/orders',
          'NATS://[::1]:4222/events.{event_type}',
          'nats://localhost/orders.created',
          'nats://10.0.0.1:4222/a.{event_type}.b-c_d'
@@ -200,6 +205,8 @@ SELECT u AS url, try(format('SELECT outbox.create_endpoint(%L, %L)', 'ep-badnats
          'nats://n1:0/orders',
          'nats://n1:4222,/orders',
          'nats://user:secret@n1:4222/orders',
+         'tls://n1:4222,n2:4222/orders',
+         'tls://user:secret@n1:4222/orders',
          'nats://n1:4222/orders?stream=X',
          'nats://n1:4222/orders#x',
          'nats://n1:4222/orders.*',
@@ -219,14 +226,15 @@ SELECT count(*) AS badnats_written FROM outbox.endpoints WHERE name = 'ep-badnat
 -- RabbitMQ URLs (the RabbitMQ target): host and port, a percent-encoded
 -- virtual host ("/" when left out), exchange= (required, empty for the
 -- default exchange) and routing_key= (may contain {event_type}); the
--- scheme is kept in lower case.  Neither credentials, TLS (amqps) nor
--- other options are accepted.
+-- scheme is kept in lower case; amqps is AMQP over TLS (port 5671 by
+-- default).  Neither credentials nor other options are accepted.
 SELECT u AS url, try(format('SELECT outbox.create_endpoint(%L, %L)', 'ep-amqp-' || n, u)) AS result
   FROM unnest(ARRAY[
          'amqp://rabbit:5672/%2F?exchange=orders&routing_key=orders.{event_type}',
          'AMQP://rabbit?exchange=',
          'amqp://[::1]:5673/shop?routing_key=a%23b&exchange=amq.topic',
-         'amqp://10.0.0.5/?exchange=orders'
+         'amqp://10.0.0.5/?exchange=orders',
+         'AMQPS://rabbit/?exchange=orders'
        ]) WITH ORDINALITY AS v(u, n);
 SELECT name, url FROM outbox.endpoints WHERE name LIKE 'ep-amqp-%' ORDER BY name COLLATE "C";
 SELECT count(outbox.drop_endpoint(name)) AS dropped FROM outbox.endpoints WHERE name LIKE 'ep-amqp-%';
@@ -239,7 +247,7 @@ SELECT u AS url, try(format('SELECT outbox.create_endpoint(%L, %L)', 'ep-badamqp
          'amqp://rabbit:0/?exchange=x',
          'amqp://rabbit:65536/?exchange=x',
          'amqp://guest:guest@rabbit/?exchange=x',
-         'amqps://rabbit/?exchange=x',
+         'amqps://guest:guest@rabbit/?exchange=x',
          'amqp://rabbit/a/b?exchange=x',
          'amqp://rabbit/%2?exchange=x',
          'amqp://rabbit/?exchange=or ders',

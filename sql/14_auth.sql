@@ -124,15 +124,82 @@ SELECT e.name, (SELECT array_agg(k ORDER BY k) FROM jsonb_object_keys(s.auth) k)
   FROM outbox.endpoints e JOIN outbox.endpoint_secrets s ON s.endpoint_id = e.id
  WHERE e.name LIKE 'auth-admin%' ORDER BY e.name;
 
--- The broker targets do not apply auth: an endpoint of theirs with it is
--- refused (0A000), made or altered either way, and nothing is written.
-SELECT try($$SELECT outbox.create_endpoint('auth-kafka', 'kafka://127.0.0.1:9092/t', auth => '{"bearer": "tok-kafka"}')$$) AS kafka_with_auth;
-SELECT try($$SELECT outbox.create_endpoint('auth-kafka', 'kafka://127.0.0.1:9092/t')$$) AS kafka_without;
-SELECT try($$SELECT outbox.alter_endpoint('auth-kafka', auth => '{"bearer": "tok-kafka"}')$$) AS kafka_given_auth;
-SELECT try($$SELECT outbox.alter_endpoint('auth-admin', url => 'nats://127.0.0.1:4222/s')$$) AS bearer_endpoint_to_nats;
-SELECT e.name, e.url, s.auth IS NOT NULL AS has_auth
+-- The broker targets' forms: RabbitMQ a user and password, NATS those or
+-- a token, Kafka SASL, and over TLS (amqps, tls, kafkas) a client
+-- certificate beside them; each refuses the keys its target does not
+-- apply (0A000), and a webhook refuses the brokers' keys; bad values are
+-- 22023.  Nothing is written by a refused call.
+SELECT outbox.create_endpoint('auth-amqp', 'amqp://127.0.0.1:5672/?exchange=x',
+                              auth => '{"username": "pub", "password": "pw-amqp-31"}') IS NOT NULL AS created;
+SELECT outbox.create_endpoint('auth-amqps', 'amqps://127.0.0.1/?exchange=x',
+                              auth => jsonb_build_object('username', 'pub', 'password', 'pw-amqps-97',
+                                                         'client_cert', :'pem', 'client_key', :'pem')) IS NOT NULL AS created;
+SELECT outbox.create_endpoint('auth-nats', 'nats://127.0.0.1:4222/s',
+                              auth => '{"username": "pub", "password": "pw-nats-42"}') IS NOT NULL AS created;
+SELECT outbox.create_endpoint('auth-nats-tok', 'nats://127.0.0.1:4222/s',
+                              auth => '{"token": "tok-nats-53"}') IS NOT NULL AS created;
+SELECT outbox.create_endpoint('auth-nats-tls', 'tls://127.0.0.1:4222/s',
+                              auth => jsonb_build_object('token', 'tok-nats-tls-08',
+                                                         'client_cert', :'pem', 'client_key', :'pem')) IS NOT NULL AS created;
+SELECT outbox.create_endpoint('auth-kafkas', 'kafkas://127.0.0.1:9093/t',
+                              auth => jsonb_build_object('sasl', '{"mechanism": "PLAIN", "username": "pub", "password": "pw-kafkas-19"}'::jsonb,
+                                                         'client_cert', :'pem', 'client_key', :'pem')) IS NOT NULL AS created;
+SELECT outbox.create_endpoint('auth-kafka', 'kafka://127.0.0.1:9092/t',
+                              auth => '{"sasl": {"mechanism": "SCRAM-SHA-512", "username": "pub", "password": "pw-kafka-64"}}') IS NOT NULL AS created;
+SELECT e.name, (SELECT array_agg(k ORDER BY k) FROM jsonb_object_keys(s.auth) k) AS forms
   FROM outbox.endpoints e JOIN outbox.endpoint_secrets s ON s.endpoint_id = e.id
- WHERE e.name IN ('auth-kafka', 'auth-admin') ORDER BY e.name;
+ WHERE e.name IN ('auth-amqp', 'auth-amqps', 'auth-nats', 'auth-nats-tok', 'auth-nats-tls', 'auth-kafka', 'auth-kafkas')
+ ORDER BY e.name;
+-- Never in a view.
+SELECT count(*) AS rows_with_broker_secrets
+  FROM (SELECT to_jsonb(x)::text AS t FROM outbox.endpoint_status x
+        UNION ALL SELECT to_jsonb(x)::text FROM outbox.backlog x) r
+ WHERE r.t LIKE '%pw-amqp-31%' OR r.t LIKE '%pw-amqps-97%' OR r.t LIKE '%pw-nats-42%' OR r.t LIKE '%tok-nats-53%' OR r.t LIKE '%pw-kafka-64%'
+    OR r.t LIKE '%tok-nats-tls-08%' OR r.t LIKE '%pw-kafkas-19%';
+SELECT count(*) AS endpoints_before FROM outbox.endpoints \gset
+SELECT u, regexp_replace(a::text, '"/[^"]*PG_VERSION"', '"PEM"', 'g') AS auth, try(format('SELECT outbox.create_endpoint(%L, %L, auth => %L)', 'auth-bad-broker', u, a)) AS result
+  FROM (VALUES
+         -- a key the scheme's target does not apply: 0A000
+         ('amqp://127.0.0.1/?exchange=x', '{"bearer": "tok-x"}'),
+         ('amqp://127.0.0.1/?exchange=x', '{"token": "tok-x"}'),
+         ('amqp://127.0.0.1/?exchange=x', '{"sasl": {"mechanism": "PLAIN", "username": "u", "password": "p"}}'),
+         ('nats://127.0.0.1:4222/s', '{"bearer": "tok-x"}'),
+         ('nats://127.0.0.1:4222/s', jsonb_build_object('client_cert', :'pem', 'client_key', :'pem')),  -- tls only
+         ('amqp://127.0.0.1/?exchange=x', jsonb_build_object('client_cert', :'pem', 'client_key', :'pem')),  -- amqps only
+         ('kafka://127.0.0.1:9092/t', '{"username": "u", "password": "p"}'),
+         ('kafka://127.0.0.1:9092/t', jsonb_build_object('client_cert', :'pem', 'client_key', :'pem')),  -- kafkas only
+         ('kafka://127.0.0.1:9092/t', '{"oauth2": {"token_url": "https://a.example/t", "client_id": "i", "client_secret": "s"}}'),
+         ('https://example.com/', '{"username": "u", "password": "p"}'),
+         ('https://example.com/', '{"token": "tok-x"}'),
+         ('https://example.com/', '{"sasl": {"mechanism": "PLAIN", "username": "u", "password": "p"}}'),
+         -- bad values: 22023, naming the key and not the value
+         ('amqp://127.0.0.1/?exchange=x', '{"username": "u"}'),
+         ('amqp://127.0.0.1/?exchange=x', '{"password": "pw-alone-75"}'),
+         ('amqp://127.0.0.1/?exchange=x', '{"username": "u", "password": ""}'),
+         ('amqp://127.0.0.1/?exchange=x', '{"username": "u", "password": 7}'),
+         ('amqp://127.0.0.1/?exchange=x', '{"username": "u", "password": "line\nbreak-86"}'),
+         ('nats://127.0.0.1:4222/s', '{"token": "two words"}'),
+         ('nats://127.0.0.1:4222/s', '{"token": "t", "username": "u", "password": "p"}'),
+         ('kafka://127.0.0.1:9092/t', '{"sasl": "PLAIN"}'),
+         ('kafka://127.0.0.1:9092/t', '{"sasl": {"mechanism": "GSSAPI", "username": "u", "password": "p"}}'),
+         ('kafka://127.0.0.1:9092/t', '{"sasl": {"username": "u", "password": "p"}}'),
+         ('kafka://127.0.0.1:9092/t', '{"sasl": {"mechanism": "PLAIN", "username": "u"}}'),
+         ('kafka://127.0.0.1:9092/t', '{"sasl": {"mechanism": "PLAIN", "username": "u", "password": "p", "realm": "r"}}'),
+         ('kafka://127.0.0.1:9092/t', '{"sasl": {"mechanism": "PLAIN", "username": "u", "password": "p"}, "username": "u"}')
+       ) AS v(u, a);
+-- A broker's auth moves with its URL: another target's keys are refused.
+SELECT try($$SELECT outbox.alter_endpoint('auth-amqp', url => 'kafka://127.0.0.1:9092/t')$$) AS amqp_auth_to_kafka_url;
+SELECT try($$SELECT outbox.alter_endpoint('auth-kafka', url => 'amqp://127.0.0.1/?exchange=x')$$) AS sasl_to_amqp_url;
+SELECT try($$SELECT outbox.alter_endpoint('auth-admin', url => 'nats://127.0.0.1:4222/s')$$) AS bearer_endpoint_to_nats;
+SELECT try($$SELECT outbox.alter_endpoint('auth-nats', auth => '{"sasl": {"mechanism": "PLAIN", "username": "u", "password": "p"}}')$$) AS sasl_to_nats;
+SELECT count(*) - :endpoints_before AS written FROM outbox.endpoints;
+SELECT e.name, e.url, (SELECT array_agg(k ORDER BY k) FROM jsonb_object_keys(s.auth) k) AS forms
+  FROM outbox.endpoints e JOIN outbox.endpoint_secrets s ON s.endpoint_id = e.id
+ WHERE e.name IN ('auth-amqp', 'auth-kafka', 'auth-nats', 'auth-admin') ORDER BY e.name;
+-- Both at once: a new URL with the auth its target takes.
+SELECT outbox.alter_endpoint('auth-amqp', url => 'nats://127.0.0.1:4222/s', auth => '{"token": "tok-moved"}');
+SELECT e.url, s.auth ? 'token' AS token FROM outbox.endpoints e JOIN outbox.endpoint_secrets s ON s.endpoint_id = e.id
+ WHERE e.name = 'auth-amqp';
 
 -- Clean up.
 SELECT outbox.drop_endpoint(name) FROM outbox.endpoints WHERE name LIKE 'auth-%' ORDER BY name;

@@ -210,7 +210,7 @@ outbox_guc_init(void)
 							   check_allowed_networks, assign_allowed_networks, NULL);
 
 	DefineCustomStringVariable("outbox.ca_file",
-							   "File of CA certificates that HTTPS endpoints are verified against.",
+							   "File of CA certificates that HTTPS and TLS broker endpoints are verified against.",
 							   "Empty: the system's certificate store.",
 							   &outbox_ca_file,
 							   "",

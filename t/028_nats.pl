@@ -305,6 +305,126 @@ diag('  ' . $_) for split /\n/, sql(q{SELECT DISTINCT error FROM outbox.attempts
   WHERE a.endpoint = 'n_ordered' AND a.status IS DISTINCT FROM 200 AND (e.payload->>'n')::int >= 10000});
 start_server($victim);
 
+# Credentials from the endpoint's auth: two servers of their own, one
+# that takes a user and password, one a token.  The right ones are
+# acknowledged; wrong ones leave the connection unconnected, recorded with
+# the server's reason and tried again (no dead letter) until alter_endpoint
+# corrects them; no attempt and no log line shows a secret.
+my $t_creds = time();
+my @auth_port = map { PostgreSQL::Test::Cluster::get_free_port() } 1 .. 2;
+my %auth_env = (0 => { NATS_USER => 'outbox_pub', NATS_PASS => 'pw-Nats5x' }, 1 => { NATS_TOKEN => 'tok-Nats9y' });
+for my $i (0 .. 1)
+{
+	my $conf = "$dir/auth$i.conf";
+	my $who = $i == 0 ? 'users: [ { user: "outbox_pub", password: "pw-Nats5x" } ]' : 'token: "tok-Nats9y"';
+	PostgreSQL::Test::Utils::append_to_file($conf, qq{listen: "127.0.0.1:$auth_port[$i]"
+jetstream { store_dir: "$dir/auth$i" }
+authorization { $who }
+});
+	push @server, IPC::Run::start([ 'nats-server', '-c', $conf ], '>', "$dir/auth$i.out", '2>', "$dir/auth$i.log");
+	local %ENV = (%ENV, %{ $auth_env{$i} });
+	my $cluster = $servers;
+	$servers = "127.0.0.1:$auth_port[$i]";
+	add_stream(name => 'CREDS', subjects => ['creds.>'], num_replicas => 1);
+	$servers = $cluster;
+}
+sql("SELECT outbox.create_endpoint('n_user', 'nats://127.0.0.1:$auth_port[0]/creds.user', '{cred.user}',
+	timeout => '2 seconds', auth => '{\"username\": \"outbox_pub\", \"password\": \"pw-Nats5x\"}');
+     SELECT outbox.create_endpoint('n_token', 'nats://127.0.0.1:$auth_port[1]/creds.token', '{cred.token}',
+	timeout => '2 seconds', auth => '{\"token\": \"tok-Nats9y\"}');
+     SELECT outbox.create_endpoint('n_wrong', 'nats://127.0.0.1:$auth_port[0]/creds.wrong', '{cred.wrong}',
+	timeout => '2 seconds', auth => '{\"username\": \"outbox_pub\", \"password\": \"pw-Wr0ng\"}')");
+my ($c_user, $c_token, $c_wrong) = split /\n/, sql(q{SELECT outbox.emit('cred.user', '{"n": 1}');
+	SELECT outbox.emit('cred.token', '{"n": 2}'); SELECT outbox.emit('cred.wrong', '{"n": 3}')});
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 2 FROM outbox.attempts WHERE event_id IN ('$c_user', '$c_token') AND status = 200"),
+	'a user and password, and a token, from auth: acknowledged');
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) >= 2 FROM outbox.attempts WHERE event_id = '$c_wrong' AND status IS NULL
+		    AND error LIKE '%authentication failed, Authorization Violation%'"),
+	'a wrong password: an authentication failure with the server\'s reason in the attempt log, tried again');
+is(sql("SELECT count(*) FROM outbox.dead_letters WHERE event_id = '$c_wrong'"), '0', 'and no dead letter');
+sql(q{SELECT outbox.alter_endpoint('n_wrong', auth => '{"username": "outbox_pub", "password": "pw-Nats5x"}')});
+ok($node->poll_query_until('postgres', "SELECT count(*) = 1 FROM outbox.attempts WHERE event_id = '$c_wrong' AND status = 200"),
+	'corrected by alter_endpoint: acknowledged');
+{
+	local %ENV = (%ENV, %{ $auth_env{0} });
+	my $cluster = $servers;
+	$servers = "127.0.0.1:$auth_port[0]";
+	is(join(',', sort map { $_->{subject} } read_stream('CREDS')), 'creds.user,creds.wrong',
+		'the server\'s stream holds both messages');
+	$servers = $cluster;
+}
+is(sql(q{SELECT count(*) FROM outbox.attempts WHERE error LIKE '%pw-%' OR error LIKE '%tok-Nats%'}), '0',
+	'no attempt shows a secret');
+unlike(join("\n", grep { !/LOG:  statement: / && !/^\s/ } split /\n/, slurp_file($node->logfile)),
+	qr/pw-Nats5x|pw-Wr0ng|tok-Nats9y/, 'the server log shows no secret');
+diag(sprintf('nats credentials: %d s', time() - $t_creds));
+
+# tls://: a server of its own with TLS that asks for a client certificate
+# (certificates made here, the server's for localhost alone); the CA from
+# outbox.ca_file, the name checked.
+# With the client certificate from auth, acknowledged; without, the
+# server closes the connection after the handshake (TLS 1.3), which is
+# all libnats says: recorded, and the event tried again.
+$t_creds = time();
+my $tls_port = PostgreSQL::Test::Cluster::get_free_port();
+sub openssl
+{
+	my ($out, $err) = ('', '');
+	IPC::Run::run([ 'openssl', @_ ], '>', \$out, '2>', \$err) or die "openssl @_ failed: $err";
+}
+openssl('req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-days', '2',
+	'-subj', '/CN=outbox test CA', '-keyout', "$dir/ca.key", '-out', "$dir/ca.crt",
+	'-addext', 'basicConstraints=critical,CA:TRUE', '-addext', 'keyUsage=critical,keyCertSign,cRLSign');
+for my $c ([ 'server', "subjectAltName = DNS:localhost\nextendedKeyUsage = serverAuth" ],
+	[ 'client', 'extendedKeyUsage = clientAuth' ])
+{
+	my ($name, $ext) = @$c;
+	openssl('req', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-subj', "/CN=$name",
+		'-keyout', "$dir/$name.key", '-out', "$dir/$name.csr");
+	PostgreSQL::Test::Utils::append_to_file("$dir/$name.ext", "$ext\nbasicConstraints = CA:FALSE\n");
+	openssl('x509', '-req', '-in', "$dir/$name.csr", '-CA', "$dir/ca.crt", '-CAkey', "$dir/ca.key",
+		'-CAcreateserial', '-days', '2', '-extfile', "$dir/$name.ext", '-out', "$dir/$name.crt");
+}
+PostgreSQL::Test::Utils::append_to_file("$dir/tls.conf", qq{listen: "127.0.0.1:$tls_port"
+jetstream { store_dir: "$dir/tls" }
+tls { cert_file: "$dir/server.crt", key_file: "$dir/server.key", ca_file: "$dir/ca.crt", verify: true }
+});
+push @server, IPC::Run::start([ 'nats-server', '-c', "$dir/tls.conf" ], '>', "$dir/tls.out", '2>', "$dir/tls.log");
+{
+	local %ENV = (%ENV, NATS_CA => "$dir/ca.crt", NATS_CERT => "$dir/client.crt", NATS_KEY => "$dir/client.key");
+	my $cluster = $servers;
+	$servers = "localhost:$tls_port";
+	add_stream(name => 'TLS', subjects => ['tls.>'], num_replicas => 1);
+	$servers = $cluster;
+}
+reload_with('outbox.ca_file' => "$dir/ca.crt") or die 'no reload';
+sql("SELECT outbox.create_endpoint('n_tls', 'tls://localhost:$tls_port/tls.ok', '{tls.ok}', timeout => '2 seconds',
+	auth => '{\"client_cert\": \"$dir/client.crt\", \"client_key\": \"$dir/client.key\"}');
+     SELECT outbox.create_endpoint('n_tls_nocert', 'tls://localhost:$tls_port/tls.nocert', '{tls.nocert}',
+	timeout => '2 seconds')");
+my ($t_ok, $t_nocert) = split /\n/, sql(q{SELECT outbox.emit('tls.ok', '{"n": 1}'); SELECT outbox.emit('tls.nocert', '{"n": 2}')});
+ok($node->poll_query_until('postgres', "SELECT count(*) = 1 FROM outbox.attempts WHERE event_id = '$t_ok' AND status = 200"),
+	'tls:// with a client certificate from auth: acknowledged');
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) >= 1 FROM outbox.attempts WHERE event_id = '$t_nocert' AND status IS NULL
+		    AND error LIKE 'NATS: the connection closed before an acknowledgement came%'"),
+	'tls:// without the client certificate the server asks for: a failed attempt (the server closes the connection)');
+sql("SELECT outbox.create_endpoint('n_tls_ip', 'tls://127.0.0.1:$tls_port/tls.ip', '{tls.ip}', timeout => '2 seconds',
+	auth => '{\"client_cert\": \"$dir/client.crt\", \"client_key\": \"$dir/client.key\"}')");
+my $t_ip = sql(q{SELECT outbox.emit('tls.ip', '{"n": 3}')});
+# (libnats keeps no reason for it: "not connected to a server")
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) >= 1 FROM outbox.attempts WHERE event_id = '$t_ip' AND status IS NULL
+		    AND error LIKE 'NATS: not connected to a server%'"),
+	'tls:// to an address the server\'s certificate does not name (only localhost): refused');
+is(sql("SELECT count(*) FROM outbox.attempts WHERE event_id = '$t_ip' AND status = 200"), '0', 'and never published');
+is(sql("SELECT count(*) FROM outbox.dead_letters WHERE event_id = '$t_nocert'"), '0', 'not a dead letter');
+sql(q{SELECT outbox.drop_endpoint('n_tls'); SELECT outbox.drop_endpoint('n_tls_nocert');
+      SELECT outbox.drop_endpoint('n_tls_ip')});
+diag(sprintf('nats tls: %d s', time() - $t_creds));
+
 # Crash rounds: the relay killed while events flow; the duplicate window
 # keeps one copy of each in the stream.
 add_stream(name => 'CRASH', subjects => ['crash.>']);

@@ -52,6 +52,39 @@ my %broker_env = (
 	RABBITMQ_PID_FILE => "$base/rabbitmq.pid",
 );
 PostgreSQL::Test::Utils::append_to_file("$base/enabled_plugins", "[].\n");
+
+# AMQP over TLS: a listener of its own, with certificates made here (a CA,
+# the broker's for 127.0.0.1, a client's); the broker asks for a client
+# certificate and refuses a connection without one.
+my $tls = PostgreSQL::Test::Utils::tempdir;
+my $tls_port = PostgreSQL::Test::Cluster::get_free_port();
+my $t_certs = time();
+sub openssl
+{
+	my ($out, $err) = ('', '');
+	IPC::Run::run([ 'openssl', @_ ], '>', \$out, '2>', \$err) or die "openssl @_ failed: $err";
+}
+openssl('req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-days', '2',
+	'-subj', '/CN=outbox test CA', '-keyout', "$tls/ca.key", '-out', "$tls/ca.crt",
+	'-addext', 'basicConstraints=critical,CA:TRUE', '-addext', 'keyUsage=critical,keyCertSign,cRLSign');
+for my $c ([ 'server', "subjectAltName = IP:127.0.0.1\nextendedKeyUsage = serverAuth" ],
+	[ 'client', 'extendedKeyUsage = clientAuth' ])
+{
+	my ($name, $ext) = @$c;
+	openssl('req', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-subj', "/CN=$name",
+		'-keyout', "$tls/$name.key", '-out', "$tls/$name.csr");
+	PostgreSQL::Test::Utils::append_to_file("$tls/$name.ext", "$ext\nbasicConstraints = CA:FALSE\n");
+	openssl('x509', '-req', '-in', "$tls/$name.csr", '-CA', "$tls/ca.crt", '-CAkey', "$tls/ca.key",
+		'-CAcreateserial', '-days', '2', '-extfile', "$tls/$name.ext", '-out', "$tls/$name.crt");
+}
+PostgreSQL::Test::Utils::append_to_file("$base/rabbitmq.conf", qq{listeners.ssl.1 = 127.0.0.1:$tls_port
+ssl_options.cacertfile = $tls/ca.crt
+ssl_options.certfile = $tls/server.crt
+ssl_options.keyfile = $tls/server.key
+ssl_options.verify = verify_peer
+ssl_options.fail_if_no_peer_cert = true
+});
+my $certs_s = time() - $t_certs;
 my $broker;
 my $broker_out = '';
 
@@ -118,14 +151,15 @@ client('setup', 'orders:topic', 'events:direct',
 	'q_orders=orders:#', 'q_created=events:ev.order.created', 'q_paid=events:ev.order.paid',
 	'q_ce_bin=events:ce.bin', 'q_ce_struct=events:ce.struct');
 
-my $node = outbox_node('rabbitmq', conf => q{
+my $node = outbox_node('rabbitmq', conf => qq{
 outbox.retry_schedule = '500ms'
 restart_after_crash = on
+outbox.ca_file = '$tls/ca.crt'
 });
 
 # URL checks at create_endpoint (sql/03_endpoints.sql has the full list).
 for my $bad ("amqp://127.0.0.1:$port/", "amqp://guest:guest\@127.0.0.1:$port/?exchange=orders",
-	"amqps://127.0.0.1/?exchange=orders", "amqp://127.0.0.1:$port/?exchange=or%20ders",
+	"amqp://127.0.0.1:$port/?exchange=or%20ders",
 	"amqp://127.0.0.1:$port/?exchange=orders&mandatory=0")
 {
 	my ($rc, $out, $err) = $node->psql('postgres',
@@ -239,6 +273,83 @@ ok($node->poll_query_until('postgres',
 		    AND last_error LIKE '%404 NOT_FOUND%'"),
 	'and so is the next one, over a new connection');
 sql(q{SELECT outbox.drop_endpoint('r_nowhere')});
+
+# Credentials from the endpoint's auth: a user the test makes, with a
+# password; the right one delivers, a wrong one is a failed login in the
+# attempt log, tried again (no dead letter), until alter_endpoint gives the
+# right one.  The password is in no attempt and not in the server's log.
+my $t_creds = time();
+{
+	local %ENV = (%ENV, %broker_env);
+	my $ctl = '/usr/lib/rabbitmq/bin/rabbitmqctl';
+	for my $cmd ([ 'add_user', 'outbox_pub', 'pw-Rab7q' ], [ 'set_permissions', '-p', '/', 'outbox_pub', '.*', '.*', '.*' ])
+	{
+		my ($o, $e) = ('', '');
+		IPC::Run::run([ $ctl, @$cmd ], '>', \$o, '2>', \$e, IPC::Run::timeout(60))
+		  or die "rabbitmqctl $cmd->[0]: $o $e";
+	}
+}
+sql("SELECT outbox.create_endpoint('r_user', 'amqp://127.0.0.1:$port/?exchange=orders&routing_key=o.{event_type}',
+	'{cred.ok}', auth => '{\"username\": \"outbox_pub\", \"password\": \"pw-Rab7q\"}');
+     SELECT outbox.create_endpoint('r_wrong', 'amqp://127.0.0.1:$port/?exchange=orders&routing_key=o.{event_type}',
+	'{cred.wrong}', auth => '{\"username\": \"outbox_pub\", \"password\": \"pw-Wr0ng\"}')");
+my $cred_ok = sql(q{SELECT outbox.emit('cred.ok', '{"n": 6100}')});
+my $cred_wrong = sql(q{SELECT outbox.emit('cred.wrong', '{"n": 6101}')});
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM outbox.attempts WHERE event_id = '$cred_ok' AND endpoint = 'r_user' AND status = 200"),
+	'a user and password from auth: confirmed');
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) >= 2 FROM outbox.attempts WHERE event_id = '$cred_wrong' AND endpoint = 'r_wrong'
+		    AND status IS NULL
+		    AND error LIKE 'authentication failed: RabbitMQ: logging in as the endpoint''s user%403 ACCESS_REFUSED%'"),
+	'a wrong password: an authentication failure in the attempt log, and tried again');
+is(sql("SELECT count(*) FROM outbox.dead_letters WHERE event_id = '$cred_wrong'"), '0',
+	'a wrong password is not a dead letter');
+sql(q{SELECT outbox.alter_endpoint('r_wrong', auth => '{"username": "outbox_pub", "password": "pw-Rab7q"}')});
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM outbox.attempts WHERE event_id = '$cred_wrong' AND status = 200"),
+	'the password corrected by alter_endpoint: the next attempt logs in');
+is(scalar(grep { n_of($_->{body}) >= 6100 && n_of($_->{body}) <= 6101 } drain('q_orders')), 2,
+	'both messages are in the queue');
+is(sql(q{SELECT count(*) FROM outbox.attempts WHERE error LIKE '%pw-%' OR response LIKE '%pw-%'}), '0',
+	'no attempt shows a password');
+# (the test's own statements, logged by log_statement, aside)
+unlike(join("\n", grep { !/LOG:  statement: / && !/^\s/ } split /\n/, slurp_file($node->logfile)),
+	qr/pw-(Rab7q|Wr0ng)/, 'the server log shows no password');
+sql(q{SELECT outbox.drop_endpoint('r_user'); SELECT outbox.drop_endpoint('r_wrong')});
+diag(sprintf('rabbitmq credentials: %d s', time() - $t_creds));
+
+# amqps://: the broker verified against outbox.ca_file and the URL's
+# host, a client certificate from auth presented; without one the broker
+# refuses, and under a name its certificate does not have the relay
+# refuses: each a failure in the attempt log, tried again.
+$t_creds = time();
+my $tls_auth = qq{"username": "outbox_pub", "password": "pw-Rab7q"};
+sql("SELECT outbox.create_endpoint('r_tls', 'amqps://127.0.0.1:$tls_port/?exchange=orders&routing_key=o.{event_type}',
+	'{tls.ok}', auth => '{$tls_auth, \"client_cert\": \"$tls/client.crt\", \"client_key\": \"$tls/client.key\"}');
+     SELECT outbox.create_endpoint('r_tls_nocert', 'amqps://127.0.0.1:$tls_port/?exchange=orders',
+	'{tls.nocert}', auth => '{$tls_auth}');
+     SELECT outbox.create_endpoint('r_tls_name', 'amqps://localhost:$tls_port/?exchange=orders',
+	'{tls.name}', auth => '{$tls_auth, \"client_cert\": \"$tls/client.crt\", \"client_key\": \"$tls/client.key\"}')");
+my ($tls_ok, $tls_nocert, $tls_name) = split /\n/, sql(q{SELECT outbox.emit('tls.ok', '{"n": 6200}');
+	SELECT outbox.emit('tls.nocert', '{"n": 6201}'); SELECT outbox.emit('tls.name', '{"n": 6202}')});
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM outbox.attempts WHERE event_id = '$tls_ok' AND status = 200"),
+	'amqps with a client certificate: confirmed');
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) >= 2 FROM outbox.attempts WHERE event_id = '$tls_nocert' AND status IS NULL
+		    AND error LIKE '%SSL error%'"),
+	'amqps without the client certificate the broker asks for: failed, tried again');
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) >= 2 FROM outbox.attempts WHERE event_id = '$tls_name' AND status IS NULL
+		    AND error LIKE '%over TLS: SSL peer cert verification failed%'"),
+	'amqps under a name the broker\'s certificate does not have: refused, tried again');
+is(sql("SELECT count(*) FROM outbox.dead_letters WHERE event_id IN ('$tls_nocert', '$tls_name')"), '0',
+	'neither is a dead letter');
+is(scalar(grep { n_of($_->{body}) == 6200 } drain('q_orders')), 1, 'the message over TLS is in the queue');
+sql(q{SELECT outbox.drop_endpoint('r_tls'); SELECT outbox.drop_endpoint('r_tls_nocert');
+      SELECT outbox.drop_endpoint('r_tls_name')});
+diag(sprintf('rabbitmq tls: %d s, and %d s for the certificates', time() - $t_creds, $certs_s));
 
 # A server that accepts the connection and never speaks: the login waits
 # out the endpoint's timeout in the publisher's thread, and meanwhile the

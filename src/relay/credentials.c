@@ -113,6 +113,10 @@ credentials_load(RelayEndpoint *ep, AuthConfig *cfg, MemoryContext parent)
 		drop_string(cfg->client_id);
 		drop_string(cfg->client_secret);
 		drop_string(cfg->scope);
+		drop_string(cfg->username);
+		drop_string(cfg->password);
+		drop_string(cfg->token);
+		drop_string(cfg->sasl_mechanism);
 		return;
 	}
 	credentials_free(ep);
@@ -128,6 +132,10 @@ credentials_load(RelayEndpoint *ep, AuthConfig *cfg, MemoryContext parent)
 	a->cfg.client_id = copy_in(cxt, cfg->client_id);
 	a->cfg.client_secret = copy_in(cxt, cfg->client_secret);
 	a->cfg.scope = copy_in(cxt, cfg->scope);
+	a->cfg.username = copy_in(cxt, cfg->username);
+	a->cfg.password = copy_in(cxt, cfg->password);
+	a->cfg.token = copy_in(cxt, cfg->token);
+	a->cfg.sasl_mechanism = copy_in(cxt, cfg->sasl_mechanism);
 	if (a->cfg.bearer != NULL)
 		a->header = bearer_line(cxt, a->cfg.bearer);
 	ep->auth = a;
@@ -146,6 +154,8 @@ credentials_free(RelayEndpoint *ep)
 		return;
 	drop_string(a->cfg.bearer);
 	drop_string(a->cfg.client_secret);
+	drop_string(a->cfg.password);
+	drop_string(a->cfg.token);
 	drop_string(a->token);
 	drop_string(a->old_token);
 	drop_string(a->header);

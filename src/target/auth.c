@@ -10,7 +10,11 @@
  * The forms: {"bearer": token}; {"client_cert": path, "client_key": path};
  * {"oauth2": {"token_url", "client_id", "client_secret", "scope"}}.  A
  * client certificate may stand beside bearer or oauth2; bearer and oauth2
- * exclude each other, since each sets the Authorization header.
+ * exclude each other, since each sets the Authorization header.  The
+ * broker targets' forms: {"username", "password"} (RabbitMQ, NATS),
+ * {"token"} (NATS), {"sasl": {"mechanism", "username", "password"}}
+ * (Kafka).  Which keys an endpoint's URL takes is checked by
+ * outbox._check_auth_target, once the URL is known.
  *
  * Nothing here keeps state or does I/O beyond the checks of the
  * certificate files; src/relay/credentials.c applies the forms to
@@ -45,7 +49,10 @@ PG_FUNCTION_INFO_V1(outbox_check_auth_headers);
 #define AUTH_FORMS_DETAIL \
 	"auth is {\"bearer\": token}, {\"client_cert\": path, \"client_key\": path}, " \
 	"or {\"oauth2\": {\"token_url\": url, \"client_id\": id, \"client_secret\": secret, " \
-	"\"scope\": scopes}}; client_cert and client_key may stand beside bearer or oauth2."
+	"\"scope\": scopes}}; client_cert and client_key may stand beside bearer or oauth2.  " \
+	"A broker's auth is {\"username\": name, \"password\": password} (RabbitMQ, NATS), " \
+	"{\"token\": token} (NATS) or {\"sasl\": {\"mechanism\": m, \"username\": name, " \
+	"\"password\": password}} (Kafka)."
 
 /* May a value be sent in a header or a form: no control characters. */
 static bool
@@ -154,6 +161,49 @@ read_oauth2(JsonbValue *obj, AuthConfig *out, MemoryContext cxt)
 	return problem;
 }
 
+/* The sasl object's members into out (Kafka). */
+static const char *
+read_sasl(JsonbValue *obj, AuthConfig *out, MemoryContext cxt)
+{
+	JsonbIterator *it;
+	JsonbValue	k;
+	JsonbValue	v;
+	JsonbIteratorToken tok;
+	const char *problem = NULL;
+
+	if (obj->type != jbvBinary || !JsonContainerIsObject(obj->val.binary.data))
+		return "auth's sasl must be a JSON object";
+	it = JsonbIteratorInit(obj->val.binary.data);
+	while (problem == NULL && (tok = JsonbIteratorNext(&it, &k, true)) != WJB_DONE)
+	{
+		if (tok != WJB_KEY)
+			continue;
+		tok = JsonbIteratorNext(&it, &v, true);
+		if (key_is(&k, "mechanism"))
+		{
+			problem = take_string(&v, "sasl.mechanism", 32, false, &out->sasl_mechanism, cxt);
+			if (problem == NULL && strcmp(out->sasl_mechanism, "PLAIN") != 0 &&
+				strcmp(out->sasl_mechanism, "SCRAM-SHA-256") != 0 &&
+				strcmp(out->sasl_mechanism, "SCRAM-SHA-512") != 0)
+				problem = "auth's sasl.mechanism must be PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512";
+		}
+		else if (key_is(&k, "username"))
+			problem = take_string(&v, "sasl.username", OUTBOX_AUTH_MAX_VALUE, true,
+								  &out->username, cxt);
+		else if (key_is(&k, "password"))
+			problem = take_string(&v, "sasl.password", OUTBOX_AUTH_MAX_VALUE, true,
+								  &out->password, cxt);
+		else
+			problem = psprintf("unknown key \"%s\" in auth's sasl",
+							   pnstrdup(k.val.string.val, Min(k.val.string.len, 64)));
+	}
+	if (problem == NULL && out->sasl_mechanism == NULL)
+		problem = "auth's sasl needs mechanism";
+	if (problem == NULL && (out->username == NULL || out->password == NULL))
+		problem = "auth's sasl needs username and password";
+	return problem;
+}
+
 /*
  * Read an auth object into out, its strings in cxt: NULL, or what is wrong
  * with it (a message naming the key, never a value).  An empty object
@@ -185,6 +235,16 @@ auth_read(Jsonb *auth, AuthConfig *out, MemoryContext cxt)
 			problem = take_string(&v, "client_key", MAXPGPATH - 1, true, &out->client_key, cxt);
 		else if (key_is(&k, "oauth2"))
 			problem = read_oauth2(&v, out, cxt);
+		else if (key_is(&k, "username") && out->sasl_mechanism == NULL)
+			problem = take_string(&v, "username", OUTBOX_AUTH_MAX_VALUE, true, &out->username, cxt);
+		else if (key_is(&k, "password") && out->sasl_mechanism == NULL)
+			problem = take_string(&v, "password", OUTBOX_AUTH_MAX_VALUE, true, &out->password, cxt);
+		else if (key_is(&k, "token"))
+			problem = take_string(&v, "token", OUTBOX_AUTH_MAX_TOKEN, false, &out->token, cxt);
+		else if (key_is(&k, "sasl") && out->username == NULL && out->password == NULL)
+			problem = read_sasl(&v, out, cxt);
+		else if (key_is(&k, "sasl") || key_is(&k, "username") || key_is(&k, "password"))
+			problem = "auth takes sasl or username and password, not both";
 		else
 			problem = psprintf("unknown key \"%s\" in auth",
 							   pnstrdup(k.val.string.val, Min(k.val.string.len, 64)));
@@ -193,6 +253,10 @@ auth_read(Jsonb *auth, AuthConfig *out, MemoryContext cxt)
 		problem = "auth takes bearer or oauth2, not both";
 	if (problem == NULL && (out->client_cert == NULL) != (out->client_key == NULL))
 		problem = "auth's client_cert and client_key go together";
+	if (problem == NULL && (out->username == NULL) != (out->password == NULL))
+		problem = "auth's username and password go together";
+	if (problem == NULL && out->token != NULL && out->username != NULL)
+		problem = "auth takes token or username and password, not both";
 	return problem;
 }
 
@@ -211,7 +275,11 @@ auth_equal(const AuthConfig *a, const AuthConfig *b)
 		str_equal(a->token_url, b->token_url) &&
 		str_equal(a->client_id, b->client_id) &&
 		str_equal(a->client_secret, b->client_secret) &&
-		str_equal(a->scope, b->scope);
+		str_equal(a->scope, b->scope) &&
+		str_equal(a->username, b->username) &&
+		str_equal(a->password, b->password) &&
+		str_equal(a->token, b->token) &&
+		str_equal(a->sasl_mechanism, b->sasl_mechanism);
 }
 
 /*
@@ -264,7 +332,8 @@ outbox_check_auth(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("%s", problem),
 				 errdetail(AUTH_FORMS_DETAIL)));
-	if (a.bearer == NULL && a.client_cert == NULL && a.token_url == NULL)
+	if (a.bearer == NULL && a.client_cert == NULL && a.token_url == NULL &&
+		a.username == NULL && a.token == NULL)
 		PG_RETURN_NULL();
 	if (a.token_url != NULL)
 		(void) http_check_url(a.token_url, "oauth2 token_url");

@@ -20,7 +20,11 @@
 /*
  * An endpoint's auth object, read.  Each form is NULL when not given:
  * bearer, or the certificate and key (always both), or the OAuth2 grant
- * (token_url, client_id and client_secret all set; scope optional).
+ * (token_url, client_id and client_secret all set; scope optional); for
+ * the broker targets a user name and password (always both, at the top
+ * level for RabbitMQ and NATS, in "sasl" with its mechanism for Kafka) or
+ * a NATS token.  Which keys a URL's scheme takes is
+ * outbox._check_auth_target's to say.
  */
 typedef struct AuthConfig
 {
@@ -31,6 +35,10 @@ typedef struct AuthConfig
 	char	   *client_id;
 	char	   *client_secret;
 	char	   *scope;
+	char	   *username;
+	char	   *password;
+	char	   *token;
+	char	   *sasl_mechanism;	/* PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 */
 } AuthConfig;
 
 extern const char *auth_read(Jsonb *auth, AuthConfig *out, MemoryContext cxt);

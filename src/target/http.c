@@ -72,7 +72,8 @@ bad_url(const char *url, const char *what, const char *detail)
 
 /*
  * outbox._check_url(text) returns text: the endpoint URL normalized.  A
- * kafka://, nats:// or amqp:// URL is one the Kafka, NATS or RabbitMQ
+ * kafka://, kafkas://, nats://, tls:// (NATS over TLS), amqp:// or
+ * amqps:// URL is one the Kafka, NATS or RabbitMQ
  * target can use (kafka.c, nats.c, rabbitmq.c), its scheme in lower case;
  * any other is a webhook's, as http_check_url() takes it.
  */
@@ -82,24 +83,26 @@ outbox_check_url(PG_FUNCTION_ARGS)
 	char	   *url = text_to_cstring(PG_GETARG_TEXT_PP(0));
 
 	/* Brokers: the Kafka target reads its own URLs (kafka.c). */
-	if (pg_strncasecmp(url, "kafka://", 8) == 0)
+	if (pg_strncasecmp(url, "kafka://", 8) == 0 || pg_strncasecmp(url, "kafkas://", 9) == 0)
 	{
 		KafkaUrl	parsed;
 		const char *problem = NULL;
 
 		if (!kafka_parse_url(url, &parsed, &problem))
 			bad_url(url, "endpoint URL", problem);
-		PG_RETURN_TEXT_P(cstring_to_text(psprintf("kafka://%s", url + 8)));
+		PG_RETURN_TEXT_P(cstring_to_text(parsed.tls ? psprintf("kafkas://%s", url + 9) :
+										 psprintf("kafka://%s", url + 8)));
 	}
 	/* And the NATS JetStream target its own (nats.c). */
-	if (pg_strncasecmp(url, "nats://", 7) == 0)
+	if (pg_strncasecmp(url, "nats://", 7) == 0 || pg_strncasecmp(url, "tls://", 6) == 0)
 	{
 		NatsUrl		parsed;
 		const char *problem = NULL;
 
 		if (!nats_parse_url(url, &parsed, &problem))
 			bad_url(url, "endpoint URL", problem);
-		PG_RETURN_TEXT_P(cstring_to_text(psprintf("nats://%s", url + 7)));
+		PG_RETURN_TEXT_P(cstring_to_text(parsed.tls ? psprintf("tls://%s", url + 6) :
+										 psprintf("nats://%s", url + 7)));
 	}
 	/* And the RabbitMQ target its own (rabbitmq.c). */
 	if (pg_strncasecmp(url, "amqp://", 7) == 0 || pg_strncasecmp(url, "amqps://", 8) == 0)
@@ -109,7 +112,8 @@ outbox_check_url(PG_FUNCTION_ARGS)
 
 		if (!rabbitmq_parse_url(url, &parsed, &problem))
 			bad_url(url, "endpoint URL", problem);
-		PG_RETURN_TEXT_P(cstring_to_text(psprintf("amqp://%s", url + 7)));
+		PG_RETURN_TEXT_P(cstring_to_text(parsed.tls ? psprintf("amqps://%s", url + 8) :
+										 psprintf("amqp://%s", url + 7)));
 	}
 	PG_RETURN_TEXT_P(cstring_to_text(http_check_url(url, "endpoint URL")));
 }

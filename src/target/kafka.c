@@ -14,7 +14,15 @@
  * CloudEvents binary mode the ce_* attributes, as the Kafka binding of
  * CloudEvents names them) and the event's own headers; its
  * timestamp is the emit time.  Options: compression (none, gzip, snappy,
- * lz4, zstd) and linger_ms.  Credentials are never taken from the URL.
+ * lz4, zstd) and linger_ms.  Credentials are never taken from the URL:
+ * the endpoint's auth {"sasl": {"mechanism", "username", "password"}}
+ * makes the producer authenticate with SASL (PLAIN, SCRAM-SHA-256 or
+ * SCRAM-SHA-512); kafkas:// is the same over TLS (security.protocol SSL
+ * or SASL_SSL: the brokers verified against outbox.ca_file, or OpenSSL's
+ * default store, and by name; auth's client_cert and client_key
+ * presented).  A change of auth makes a new producer.  A broker that refuses them fails
+ * the messages when they time out, with librdkafka's reason ("client
+ * error: SASL authentication error: ..."), tried again on the schedule.
  *
  * Each Kafka endpoint has a producer of its own (one rd_kafka_t), made at
  * its first delivery: idempotent, acks=all, message.timeout.ms the
@@ -62,6 +70,7 @@
 #include "utils/timestamp.h"
 
 #include "address.h"
+#include "credentials.h"
 #include "delivery.h"
 #include "format.h"
 #include "guc.h"
@@ -82,9 +91,16 @@ typedef struct Producer
 	bool		retired;		/* takes no more; destroyed once empty */
 	bool		fatal;			/* failed for good: purge what it has */
 	NetworkList allowed;		/* the address policy it was made under */
+	char	   *sasl_mechanism; /* the endpoint's auth, when it has one */
+	char	   *username;
+	char	   *password;
+	char	   *client_cert;	/* kafkas://: presented when set */
+	char	   *client_key;
+	char	   *ca_file;		/* outbox.ca_file it was made under */
 	pthread_mutex_t lock;		/* guards refused, written by connect_cb */
 	char		refused[256];	/* the last address refused, or "" */
 	char		last_error[256];	/* the last client error (error_cb) */
+	bool		last_error_auth;	/* it was an authentication failure */
 	struct Producer *next;
 } Producer;
 
@@ -202,12 +218,18 @@ kafka_parse_url(const char *url, KafkaUrl *out, const char **problem)
 
 	memset(out, 0, sizeof(*out));
 	out->linger_ms = -1;
-	if (pg_strncasecmp(url, "kafka://", 8) != 0)
+	if (pg_strncasecmp(url, "kafkas://", 9) == 0)
 	{
-		*problem = "A Kafka endpoint URL starts with \"kafka://\".";
+		out->tls = true;
+		p = url + 9;
+	}
+	else if (pg_strncasecmp(url, "kafka://", 8) == 0)
+		p = url + 8;
+	else
+	{
+		*problem = "A Kafka endpoint URL starts with \"kafka://\" (or \"kafkas://\").";
 		return false;
 	}
-	p = url + 8;
 	if (strpbrk(url, "@#") != NULL)
 	{
 		*problem = "A Kafka endpoint URL has no credentials and no fragment; credentials are never taken from the URL.";
@@ -419,7 +441,8 @@ finish(KafkaMessage *m, rd_kafka_resp_err_t err, int32 partition, int64 offset)
 		{
 			/* what kept it from the brokers, if anything was said */
 			pthread_mutex_lock(&m->p->lock);
-			snprintf(r->error, sizeof(r->error), "Kafka: %s (%s)%s%s",
+			snprintf(r->error, sizeof(r->error), "%sKafka: %s (%s)%s%s",
+					 !m->p->refused[0] && m->p->last_error_auth ? "authentication failed: " : "",
 					 rd_kafka_err2str(err), rd_kafka_err2name(err),
 					 m->p->refused[0] ? "; " : m->p->last_error[0] ? "; client error: " : "",
 					 m->p->refused[0] ? m->p->refused : m->p->last_error);
@@ -455,6 +478,7 @@ error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 
 	pthread_mutex_lock(&p->lock);
 	strlcpy(p->last_error, reason, sizeof(p->last_error));
+	p->last_error_auth = (err == RD_KAFKA_RESP_ERR__AUTHENTICATION);
 	pthread_mutex_unlock(&p->lock);
 	if (err == RD_KAFKA_RESP_ERR__FATAL && !p->retired)
 	{
@@ -491,6 +515,85 @@ set_conf(rd_kafka_conf_t *conf, const char *name, const char *value, char *why, 
 	return false;
 }
 
+/* A secret setting: refused, the reason names the setting, not the value. */
+static bool
+set_secret_conf(rd_kafka_conf_t *conf, const char *name, const char *value, char *why, size_t why_len)
+{
+	char		errstr[256];
+
+	if (rd_kafka_conf_set(conf, name, value, errstr, sizeof(errstr)) == RD_KAFKA_CONF_OK)
+		return true;
+	snprintf(why, why_len, "librdkafka refused the setting %s", name);
+	return false;
+}
+
+/* Free a string that may hold a secret, wiped first. */
+static void
+forget_secret(char *s)
+{
+	if (s == NULL)
+		return;
+	explicit_bzero(s, strlen(s));
+	pfree(s);
+}
+
+static char *
+keep_secret(const char *s)
+{
+	return s != NULL ? MemoryContextStrdup(TopMemoryContext, s) : NULL;
+}
+
+static bool
+same_secret(const char *a, const char *b)
+{
+	return (a == NULL && b == NULL) || (a != NULL && b != NULL && strcmp(a, b) == 0);
+}
+
+/* Free what a producer holds besides librdkafka's handle, and it. */
+static void
+producer_release(Producer *p)
+{
+	pthread_mutex_destroy(&p->lock);
+	forget_secret(p->sasl_mechanism);
+	forget_secret(p->username);
+	forget_secret(p->password);
+	forget_secret(p->client_cert);
+	forget_secret(p->client_key);
+	forget_secret(p->ca_file);
+	pfree(p->url);
+	pfree(p);
+}
+
+/*
+ * The security settings: SASL from p's auth, if any, and TLS for kafkas://
+ * (the brokers verified against outbox.ca_file, or OpenSSL's default
+ * store, and by name; the client certificate presented if auth has one).
+ * False, with why, if librdkafka refused one.
+ */
+static bool
+set_security(rd_kafka_conf_t *conf, const Producer *p, char *why, size_t why_len)
+{
+	const char *protocol = p->parsed.tls ? (p->sasl_mechanism ? "sasl_ssl" : "ssl") :
+		(p->sasl_mechanism ? "sasl_plaintext" : "plaintext");
+
+	if (!set_conf(conf, "security.protocol", protocol, why, why_len))
+		return false;
+	if (p->sasl_mechanism != NULL &&
+		(!set_conf(conf, "sasl.mechanisms", p->sasl_mechanism, why, why_len) ||
+		 !set_secret_conf(conf, "sasl.username", p->username, why, why_len) ||
+		 !set_secret_conf(conf, "sasl.password", p->password, why, why_len)))
+		return false;
+	if (!p->parsed.tls)
+		return true;
+	return set_conf(conf, "enable.ssl.certificate.verification", "true", why, why_len) &&
+		set_conf(conf, "ssl.endpoint.identification.algorithm", "https", why, why_len) &&
+		(p->ca_file[0] == '\0' ||
+		 set_conf(conf, "ssl.ca.location", p->ca_file, why, why_len)) &&
+		(p->client_cert == NULL ||
+		 (set_conf(conf, "ssl.certificate.location", p->client_cert, why, why_len) &&
+		  set_conf(conf, "ssl.key.location", p->client_key, why, why_len)));
+}
+
 /* A new producer for ep, or NULL with the reason in why. */
 static Producer *
 producer_new(const RelayEndpoint *ep, char *why, size_t why_len)
@@ -518,6 +621,18 @@ producer_new(const RelayEndpoint *ep, char *why, size_t why_len)
 	p->timeout_ms = ep->timeout_ms;
 	p->topic_has_type = strstr(p->parsed.topic, KAFKA_EVENT_TYPE) != NULL;
 	p->allowed = outbox_allowed_networks;
+	if (ep->auth != NULL && ep->auth->cfg.sasl_mechanism != NULL)
+	{
+		p->sasl_mechanism = keep_secret(ep->auth->cfg.sasl_mechanism);
+		p->username = keep_secret(ep->auth->cfg.username);
+		p->password = keep_secret(ep->auth->cfg.password);
+	}
+	if (ep->auth != NULL && ep->auth->cfg.client_cert != NULL)
+	{
+		p->client_cert = keep_secret(ep->auth->cfg.client_cert);
+		p->client_key = keep_secret(ep->auth->cfg.client_key);
+	}
+	p->ca_file = keep_secret(outbox_ca_file != NULL ? outbox_ca_file : "");
 	pthread_mutex_init(&p->lock, NULL);
 
 	conf = rd_kafka_conf_new();
@@ -538,12 +653,11 @@ producer_new(const RelayEndpoint *ep, char *why, size_t why_len)
 		 !set_conf(conf, "compression.type", p->parsed.compression, why, why_len)) ||
 		(p->parsed.linger_ms >= 0 &&
 		 !set_conf(conf, "linger.ms", linger, why, why_len)) ||
-		!set_conf(conf, "log.queue", "true", why, why_len))
+		!set_conf(conf, "log.queue", "true", why, why_len) ||
+		!set_security(conf, p, why, why_len))
 	{
 		rd_kafka_conf_destroy(conf);
-		pthread_mutex_destroy(&p->lock);
-		pfree(p->url);
-		pfree(p);
+		producer_release(p);
 		return NULL;
 	}
 	rd_kafka_conf_set_opaque(conf, p);
@@ -565,9 +679,7 @@ producer_new(const RelayEndpoint *ep, char *why, size_t why_len)
 	{
 		rd_kafka_conf_destroy(conf);
 		snprintf(why, why_len, "librdkafka could not make a producer: %s", errstr);
-		pthread_mutex_destroy(&p->lock);
-		pfree(p->url);
-		pfree(p);
+		producer_release(p);
 		return NULL;
 	}
 	/* Logs into the main queue, and the main queue wakes the relay. */
@@ -594,23 +706,28 @@ producer_free(Producer *p)
 			break;
 		}
 	rd_kafka_destroy(p->rk);
-	pthread_mutex_destroy(&p->lock);
-	pfree(p->url);
-	pfree(p);
+	producer_release(p);
 }
 
 /*
- * The producer of ep, made if need be; one made from another URL or
- * timeout is retired.  NULL, with why, when none can be made.
+ * The producer of ep, made if need be; one made from another URL,
+ * timeout or SASL credentials is retired.  NULL, with why, when none can be made.
  */
 static Producer *
 producer_of(const RelayEndpoint *ep, char *why, size_t why_len)
 {
+	const AuthConfig *a = ep->auth != NULL ? &ep->auth->cfg : NULL;
+
 	for (Producer *p = producers; p != NULL; p = p->next)
 	{
 		if (p->endpoint_id != ep->id || p->retired)
 			continue;
-		if (p->timeout_ms == ep->timeout_ms && strcmp(p->url, ep->url) == 0)
+		if (p->timeout_ms == ep->timeout_ms && strcmp(p->url, ep->url) == 0 &&
+			same_secret(p->sasl_mechanism, a != NULL ? a->sasl_mechanism : NULL) &&
+			same_secret(p->username, a != NULL ? a->username : NULL) &&
+			same_secret(p->password, a != NULL ? a->password : NULL) &&
+			same_secret(p->client_cert, a != NULL ? a->client_cert : NULL) &&
+			same_secret(p->client_key, a != NULL ? a->client_key : NULL))
 			return p;
 		p->retired = true;
 	}
@@ -840,12 +957,16 @@ kafka_start(void)
 	target_wake_pipe(wake_pipe);
 }
 
-/* After a reload: producers made under other allowed networks retire. */
+/*
+ * After a reload: producers made under other allowed networks or another
+ * outbox.ca_file retire.
+ */
 void
 kafka_configure(void)
 {
 	for (Producer *p = producers; p != NULL; p = p->next)
-		if (!address_networks_equal(&p->allowed, &outbox_allowed_networks))
+		if (!address_networks_equal(&p->allowed, &outbox_allowed_networks) ||
+			strcmp(p->ca_file, outbox_ca_file != NULL ? outbox_ca_file : "") != 0)
 			p->retired = true;
 }
 

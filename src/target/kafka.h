@@ -20,6 +20,7 @@ typedef struct KafkaUrl
 	char		topic[KAFKA_TOPIC_MAX + 1]; /* may hold {event_type} */
 	char		compression[8];	/* compression.type, "" for the default */
 	int			linger_ms;		/* linger.ms, -1 for the default */
+	bool		tls;			/* kafkas:// */
 } KafkaUrl;
 
 extern bool kafka_parse_url(const char *url, KafkaUrl *out, const char **problem);

@@ -5,7 +5,10 @@
  *	  JetStream with libnats, its publish acknowledgement as the result.
  *
  * An endpoint URL nats://host:port[,host:port]/SUBJECT names the servers
- * and the subject; SUBJECT may contain {event_type}, which becomes the
+ * and the subject (tls://, the same, over TLS: the servers' certificates
+ * verified against outbox.ca_file, or the system's bundle, and the one
+ * host name the servers share; the endpoint's auth client_cert and
+ * client_key presented); SUBJECT may contain {event_type}, which becomes the
  * event's type (its dots separate subject tokens, as NATS subjects do).
  * The message's data is the body in the endpoint's format; its headers
  * are Nats-Msg-Id (the event id: JetStream's duplicate window drops a copy
@@ -16,7 +19,12 @@
  * own headers, except those named Nats-* (JetStream reads those: an
  * application that may only emit must not set a message id or roll a
  * stream up), like one of the above, or set by the format.  Credentials
- * are never taken from the URL.
+ * are never taken from the URL: the endpoint's auth gives a user and
+ * password or a token (natsOptions_SetUserInfo, natsOptions_SetToken), and
+ * a change of either makes a new connection.  A server that refuses them
+ * ("Authorization Violation") leaves the connection unconnected until
+ * libnats closes it: the publishes fail with that reason and are tried
+ * again on the schedule, on a new connection.
  *
  * Each NATS endpoint has a connection of its own, made at its first
  * delivery, with a JetStream context.  The servers' names are resolved
@@ -26,7 +34,10 @@
  * nothing else.  The first connection attempt is made in the relay and
  * bounded by the endpoint's timeout (at most 2 s a server); if no server
  * answers, libnats goes on trying in its own threads, for as long as the
- * connection lives, and publishes wait in its buffer meanwhile.
+ * connection lives, and publishes wait in its buffer meanwhile.  Why the
+ * first attempt failed (a server's refusal of the credentials, say) is
+ * kept for the attempt log: libnats, giving up after refusals, closes the
+ * connection and keeps only "no server available".
  *
  * Publishing is asynchronous (js_PublishMsgAsync) with the endpoint's
  * timeout as the longest wait for an acknowledgement.  An acknowledgement
@@ -72,6 +83,7 @@
 #include <unistd.h>
 
 #include <nats/nats.h>
+#include <openssl/x509.h>
 
 #include "lib/stringinfo.h"
 #include "portability/instr_time.h"
@@ -80,6 +92,7 @@
 #include "utils/timestamp.h"
 
 #include "address.h"
+#include "credentials.h"
 #include "delivery.h"
 #include "format.h"
 #include "guc.h"
@@ -107,12 +120,19 @@ typedef struct NatsConn
 	natsConnection *nc;			/* NULL: could not be made (why) */
 	jsCtx	   *js;
 	char		why[256];		/* why nc is NULL, or which address was left out */
+	char		first_failure[192]; /* "; why the first attempt failed", or "" */
 	TimestampTz made_at;
 	TimestampTz used_at;		/* its last message was published */
 	int			in_flight;		/* messages published, not yet answered */
 	bool		published;		/* the acknowledgements' thread is started */
 	bool		retired;		/* takes no more; destroyed once empty */
 	NetworkList allowed;		/* the address policy it was made under */
+	char	   *username;		/* the endpoint's auth, when it has one */
+	char	   *password;
+	char	   *token;
+	char	   *client_cert;	/* tls://: presented when set */
+	char	   *client_key;
+	char	   *ca_file;		/* outbox.ca_file it was made under */
 	struct NatsConn *next;
 } NatsConn;
 
@@ -256,12 +276,18 @@ nats_parse_url(const char *url, NatsUrl *out, const char **problem)
 	bool		token_empty = true;
 
 	memset(out, 0, sizeof(*out));
-	if (pg_strncasecmp(url, "nats://", 7) != 0)
+	if (pg_strncasecmp(url, "tls://", 6) == 0)
 	{
-		*problem = "A NATS endpoint URL starts with \"nats://\".";
+		out->tls = true;
+		p = url + 6;
+	}
+	else if (pg_strncasecmp(url, "nats://", 7) == 0)
+		p = url + 7;
+	else
+	{
+		*problem = "A NATS endpoint URL starts with \"nats://\" (or \"tls://\").";
 		return false;
 	}
-	p = url + 7;
 	if (strpbrk(url, "@#?") != NULL)
 	{
 		*problem = "A NATS endpoint URL has no credentials, options or fragment; credentials are never taken from the URL.";
@@ -285,6 +311,14 @@ nats_parse_url(const char *url, NatsUrl *out, const char **problem)
 			*problem = "Each server is host:port (or [IPv6]:port), separated by commas.";
 			return false;
 		}
+		/* libnats checks one name against every server's certificate */
+		if (out->tls && out->tls_host[0] != '\0' && pg_strcasecmp(out->tls_host, host) != 0)
+		{
+			*problem = "The servers of a tls:// URL share one host name (or address): it is the name their certificates are checked against.";
+			return false;
+		}
+		if (out->tls)
+			strlcpy(out->tls_host, host, sizeof(out->tls_host));
 		s = comma != NULL ? comma + 1 : slash;
 	}
 	memcpy(out->servers, p, len);
@@ -505,11 +539,46 @@ conn_connect(NatsConn *c)
 		s = natsOptions_SetRetryOnFailedConnect(opts, true, connected_cb, NULL);
 	if (s == NATS_OK)
 		s = natsOptions_SetErrorHandler(opts, error_cb, NULL);
+	if (s == NATS_OK && c->username != NULL)
+		s = natsOptions_SetUserInfo(opts, c->username, c->password);
+	if (s == NATS_OK && c->token != NULL)
+		s = natsOptions_SetToken(opts, c->token);
+	/*
+	 * TLS: libnats verifies the chain against the CA file given (the
+	 * system's bundle when outbox.ca_file is empty: libnats loads none by
+	 * itself) and, with an expected host name, the name; the servers it
+	 * connects to are the addresses the policy allowed.
+	 */
+	if (s == NATS_OK && c->parsed.tls)
+		s = natsOptions_SetSecure(opts, true);
+	if (s == NATS_OK && c->parsed.tls)
+		s = natsOptions_SetExpectedHostname(opts, c->parsed.tls_host);
+	if (s == NATS_OK && c->parsed.tls)
+		s = natsOptions_LoadCATrustedCertificates(opts, c->ca_file[0] ? c->ca_file :
+												  X509_get_default_cert_file());
+	if (s == NATS_OK && c->parsed.tls && c->client_cert != NULL)
+		s = natsOptions_LoadCertificatesChain(opts, c->client_cert, c->client_key);
 	if (s == NATS_OK)
 	{
 		SIGNALS_OFF(s = natsConnection_Connect(&c->nc, opts));
 		if (s == NATS_NOT_YET_CONNECTED)
-			s = NATS_OK;		/* libnats goes on trying */
+		{
+			/*
+			 * libnats goes on trying.  Why the first attempt failed is
+			 * kept now: a server's refusal (of the credentials, of the
+			 * client certificate) is known only until libnats, trying on,
+			 * gives up and keeps "no server available".
+			 */
+			const char *last = NULL;
+
+			(void) natsConnection_GetLastError(c->nc, &last);
+			if (last != NULL && last[0] != '\0')
+				snprintf(c->first_failure, sizeof(c->first_failure),
+						 "; the first connection attempt failed: %s%s",
+						 pg_strcasecmp(last, "Authorization Violation") == 0 ?
+						 "authentication failed, " : "", last);
+			s = NATS_OK;
+		}
 	}
 	if (s == NATS_OK)
 	{
@@ -520,8 +589,13 @@ conn_connect(NatsConn *c)
 	}
 	if (s != NATS_OK)
 	{
+		const char *last = nats_GetLastError(NULL);
+
+		/* (libnats' text may start with its source location: left out) */
+		if (last != NULL && last[0] == '(' && strstr(last, "): ") != NULL)
+			last = strstr(last, "): ") + 3;
 		snprintf(c->why, sizeof(c->why), "libnats could not make a connection: %s",
-				 nats_GetLastError(NULL) ? nats_GetLastError(NULL) : natsStatus_GetText(s));
+				 last != NULL && last[0] ? last : natsStatus_GetText(s));
 		if (c->nc != NULL)
 			natsConnection_Destroy(c->nc);
 		c->nc = NULL;
@@ -529,6 +603,16 @@ conn_connect(NatsConn *c)
 	natsOptions_Destroy(opts);
 	for (int i = 0; i < n; i++)
 		pfree(urls[i]);
+}
+
+/* Free a string that may hold a secret, wiped first. */
+static void
+forget_secret(char *s)
+{
+	if (s == NULL)
+		return;
+	explicit_bzero(s, strlen(s));
+	pfree(s);
 }
 
 static void
@@ -546,13 +630,48 @@ conn_free(NatsConn *c)
 		jsCtx_Destroy(c->js);
 	if (c->nc != NULL)
 		natsConnection_Destroy(c->nc);
+	forget_secret(c->username);
+	forget_secret(c->password);
+	forget_secret(c->token);
+	if (c->client_cert != NULL)
+		pfree(c->client_cert);
+	if (c->client_key != NULL)
+		pfree(c->client_key);
+	pfree(c->ca_file);
 	pfree(c->url);
 	pfree(c);
 }
 
+/* A copy of an auth string in TopMemoryContext, or NULL. */
+static char *
+keep_secret(const char *s)
+{
+	return s != NULL ? MemoryContextStrdup(TopMemoryContext, s) : NULL;
+}
+
+/* Are two auth strings, either of them NULL, the same? */
+static bool
+same_secret(const char *a, const char *b)
+{
+	return (a == NULL && b == NULL) || (a != NULL && b != NULL && strcmp(a, b) == 0);
+}
+
+/* Is c made with the credentials ep's auth gives now? */
+static bool
+conn_auth_is(const NatsConn *c, const RelayEndpoint *ep)
+{
+	const AuthConfig *a = ep->auth != NULL ? &ep->auth->cfg : NULL;
+
+	return same_secret(c->username, a != NULL ? a->username : NULL) &&
+		same_secret(c->password, a != NULL ? a->password : NULL) &&
+		same_secret(c->token, a != NULL ? a->token : NULL) &&
+		same_secret(c->client_cert, a != NULL ? a->client_cert : NULL) &&
+		same_secret(c->client_key, a != NULL ? a->client_key : NULL);
+}
+
 /*
- * The connection of ep, made if need be; one made from another URL or
- * timeout, or closed for good, is retired.  One that could not be made is
+ * The connection of ep, made if need be; one made from another URL,
+ * timeout or credentials, or closed for good, is retired.  One that could not be made is
  * tried again after a second.
  */
 static NatsConn *
@@ -566,6 +685,7 @@ conn_of(const RelayEndpoint *ep)
 		if (c->endpoint_id != ep->id || c->retired)
 			continue;
 		if (c->timeout_ms != ep->timeout_ms || strcmp(c->url, ep->url) != 0 ||
+			!conn_auth_is(c, ep) ||
 			(c->nc == NULL &&
 			 TimestampDifferenceExceeds(c->made_at, GetCurrentTimestamp(), 1000)) ||
 			(c->nc != NULL && (c->js == NULL || natsConnection_IsClosed(c->nc))))
@@ -580,6 +700,15 @@ conn_of(const RelayEndpoint *ep)
 	c->url = MemoryContextStrdup(TopMemoryContext, ep->url);
 	c->timeout_ms = ep->timeout_ms;
 	c->allowed = outbox_allowed_networks;
+	if (ep->auth != NULL)
+	{
+		c->username = keep_secret(ep->auth->cfg.username);
+		c->password = keep_secret(ep->auth->cfg.password);
+		c->token = keep_secret(ep->auth->cfg.token);
+		c->client_cert = keep_secret(ep->auth->cfg.client_cert);
+		c->client_key = keep_secret(ep->auth->cfg.client_key);
+	}
+	c->ca_file = MemoryContextStrdup(TopMemoryContext, outbox_ca_file != NULL ? outbox_ca_file : "");
 	c->made_at = c->used_at = GetCurrentTimestamp();
 	c->next = conns;
 	conns = c;
@@ -821,9 +950,10 @@ nats_submit(Delivery *d, int relay_in_flight)
 		natsMsg_Destroy(msg);
 		(void) natsConnection_GetLastError(c->nc, &last);
 		if (natsConnection_Status(c->nc) != NATS_CONN_STATUS_CONNECTED)
-			fail_now(d, false, "NATS: not connected to a server%s%s%s%s",
+			fail_now(d, false, "NATS: not connected to a server%s%s%s%s%s",
 					 last != NULL && last[0] ? "; last error: " : "",
 					 last != NULL ? last : "",
+					 c->first_failure,
 					 c->why[0] ? "; " : "", c->why);
 		else
 			fail_now(d, permanent_refusal(s, 0), "NATS: could not publish: %s",
@@ -881,11 +1011,12 @@ finish(NatsAck *a)
 
 			(void) natsConnection_GetLastError(f->conn->nc, &last);
 			snprintf(r->error, sizeof(r->error),
-					 "NATS: no acknowledgement within %ld ms%s%s%s%s%s",
+					 "NATS: no acknowledgement within %ld ms%s%s%s%s%s%s",
 					 f->conn->timeout_ms,
 					 cs == NATS_CONN_STATUS_CONNECTED ? "" : " (not connected to a server)",
 					 last != NULL && last[0] ? "; last error: " : "",
 					 last != NULL ? last : "",
+					 cs == NATS_CONN_STATUS_CONNECTED ? "" : f->conn->first_failure,
 					 f->conn->why[0] ? "; " : "", f->conn->why);
 		}
 		else if (a->err_code != 0)
@@ -926,7 +1057,8 @@ conn_closed(NatsConn *c)
 			continue;
 		d = f->d;
 		snprintf(d->result.error, sizeof(d->result.error),
-				 "NATS: the connection closed before an acknowledgement came");
+				 "NATS: the connection closed before an acknowledgement came%s",
+				 c->first_failure);
 		d->result.transport_error = true;
 		c->in_flight--;
 		nats_in_flight--;
@@ -1042,12 +1174,16 @@ nats_start(void)
 							HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
 }
 
-/* After a reload: connections made under other allowed networks retire. */
+/*
+ * After a reload: connections made under other allowed networks or another
+ * outbox.ca_file retire.
+ */
 void
 nats_configure(void)
 {
 	for (NatsConn *c = conns; c != NULL; c = c->next)
-		if (!address_networks_equal(&c->allowed, &outbox_allowed_networks))
+		if (!address_networks_equal(&c->allowed, &outbox_allowed_networks) ||
+			strcmp(c->ca_file, outbox_ca_file != NULL ? outbox_ca_file : "") != 0)
 			c->retired = true;
 }
 

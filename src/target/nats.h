@@ -20,6 +20,8 @@ typedef struct NatsUrl
 {
 	char		servers[OUTBOX_MAX_URL + 1];	/* host:port,host:port */
 	char		subject[NATS_SUBJECT_MAX + 1];	/* may hold {event_type} */
+	bool		tls;			/* tls:// */
+	char		tls_host[256];	/* tls://: the servers' one host name */
 } NatsUrl;
 
 extern bool nats_parse_url(const char *url, NatsUrl *out, const char **problem);

@@ -5,13 +5,25 @@
  *	  librabbitmq (AMQP 0-9-1), its publisher confirm as the result.
  *
  * An endpoint URL amqp://host[:port][/VHOST]?exchange=NAME[&routing_key=K]
- * names the broker, the virtual host (percent-encoded; "/" when left out,
+ * (amqps:// for AMQP over TLS, port 5671 by default) names the broker, the virtual host (percent-encoded; "/" when left out,
  * written %2F otherwise), the exchange ("exchange=" alone: the default
  * exchange, which routes by queue name) and the routing key, which may
  * contain {event_type} and is {event_type} when left out.  Credentials are
- * never taken from the URL: until endpoints have credentials of their own,
- * the target logs in as RabbitMQ's default user guest, which the broker
- * accepts over loopback only.
+ * never taken from the URL: the target logs in (SASL PLAIN) with the
+ * endpoint's auth {"username", "password"}, and without one as RabbitMQ's
+ * default user guest, which the broker accepts over loopback only.  A
+ * login the broker refuses fails the connection like any other failure to
+ * connect: its messages are tried again on the schedule, with the broker's
+ * reason in the attempt log (README: a wrong password is fixed by the
+ * operator, and the events wait for it meanwhile rather than being lost).
+ *
+ * TLS (amqps://): librabbitmq's OpenSSL socket, the broker's certificate
+ * verified against outbox.ca_file (the system's store when empty) and
+ * the URL's host name (or address), a client certificate presented when
+ * the endpoint's auth has client_cert and client_key.  The connection is
+ * made to an address the policy allowed, as for amqp://, so the name is
+ * checked by OpenSSL from the context's verification parameters and not
+ * by librabbitmq, which would check the address it was given.
  *
  * A message is persistent (delivery_mode 2), published with mandatory
  * set; its message_id is the event id, its type the event type, its
@@ -65,13 +77,18 @@
 
 #include <amqp.h>
 #include <amqp_framing.h>
+#include <amqp_ssl_socket.h>
 #include <amqp_tcp_socket.h>
+#include <arpa/inet.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 
 #include "portability/instr_time.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
 #include "address.h"
+#include "credentials.h"
 #include "delivery.h"
 #include "format.h"
 #include "guc.h"
@@ -79,6 +96,7 @@
 #include "target.h"
 
 #define AMQP_CHANNEL			1
+#define AMQPS_DEFAULT_PORT		5671
 #define AMQP_CONNECT_MAX_MS		10000	/* connect, log in, open: each step */
 #define AMQP_RECONNECT_MS		1000	/* between two connection attempts */
 #define AMQP_ERROR_LEN			256
@@ -136,6 +154,11 @@ typedef struct Publisher
 	RabbitUrl	parsed;
 	bool		key_has_type;
 	NetworkList allowed;		/* the address policy it was made under */
+	char	   *username;		/* the login; NULL: guest (palloc'd) */
+	char	   *password;
+	char	   *client_cert;	/* amqps: presented when set (palloc'd) */
+	char	   *client_key;
+	char	   *ca_file;		/* outbox.ca_file it was made under; "": none */
 	int			wake[2];		/* relay -> thread */
 	pthread_t	thread;
 	int			in_flight;		/* handed to the thread, not collected */
@@ -250,12 +273,12 @@ rabbitmq_parse_url(const char *url, RabbitUrl *out, const char **problem)
 	strlcpy(out->routing_key, AMQP_EVENT_TYPE, sizeof(out->routing_key));
 	if (pg_strncasecmp(url, "amqps://", 8) == 0)
 	{
-		*problem = "amqps (AMQP over TLS) is not supported yet; use amqp://.";
-		return false;
+		out->tls = true;
+		out->port = AMQPS_DEFAULT_PORT;
 	}
-	if (pg_strncasecmp(url, "amqp://", 7) != 0)
+	else if (pg_strncasecmp(url, "amqp://", 7) != 0)
 	{
-		*problem = "A RabbitMQ endpoint URL starts with \"amqp://\".";
+		*problem = "A RabbitMQ endpoint URL starts with \"amqp://\" or \"amqps://\".";
 		return false;
 	}
 	if (strpbrk(url, "@#") != NULL)
@@ -265,7 +288,7 @@ rabbitmq_parse_url(const char *url, RabbitUrl *out, const char **problem)
 	}
 
 	/* host[:port] */
-	p = url + 7;
+	p = url + (out->tls ? 8 : 7);
 	end = p + strcspn(p, "/?");
 	if (*p == '[')
 	{
@@ -510,6 +533,61 @@ reply_text(amqp_rpc_reply_t r, const char *what, char *out, size_t len)
 }
 
 /*
+ * A TLS socket on conn for p (amqps://): the broker verified against
+ * outbox.ca_file (or the system's store) and the URL's host, p's client
+ * certificate presented if it has one.  NULL, with why, on failure; the
+ * socket belongs to conn.
+ */
+static amqp_socket_t *
+tls_socket_new(amqp_connection_state_t conn, const Publisher *p, char *why, size_t why_len)
+{
+	amqp_socket_t *sock = amqp_ssl_socket_new(conn);
+	SSL_CTX    *ctx;
+	X509_VERIFY_PARAM *param;
+	unsigned char ip[16];
+	bool		is_ip;
+
+	if (sock == NULL)
+	{
+		snprintf(why, why_len, "RabbitMQ: could not make a TLS socket");
+		return NULL;
+	}
+	amqp_ssl_socket_set_verify_peer(sock, 1);
+	/* librabbitmq would check the address connected to: OpenSSL checks the name */
+	amqp_ssl_socket_set_verify_hostname(sock, 0);
+	ctx = amqp_ssl_socket_get_context(sock);
+	param = SSL_CTX_get0_param(ctx);
+	is_ip = inet_pton(AF_INET, p->parsed.host, ip) == 1 || inet_pton(AF_INET6, p->parsed.host, ip) == 1;
+	if ((is_ip ? X509_VERIFY_PARAM_set1_ip_asc(param, p->parsed.host) :
+		 X509_VERIFY_PARAM_set1_host(param, p->parsed.host, 0)) != 1)
+	{
+		snprintf(why, why_len, "RabbitMQ: could not set the host \"%s\" to verify", p->parsed.host);
+		return NULL;
+	}
+	if (p->ca_file[0] != '\0')
+	{
+		if (amqp_ssl_socket_set_cacert(sock, p->ca_file) != AMQP_STATUS_OK)
+		{
+			snprintf(why, why_len, "RabbitMQ: could not read outbox.ca_file \"%s\"", p->ca_file);
+			return NULL;
+		}
+	}
+	else if (SSL_CTX_set_default_verify_paths(ctx) != 1)
+	{
+		snprintf(why, why_len, "RabbitMQ: could not load the system's CA certificates");
+		return NULL;
+	}
+	if (p->client_cert != NULL &&
+		amqp_ssl_socket_set_key(sock, p->client_cert, p->client_key) != AMQP_STATUS_OK)
+	{
+		snprintf(why, why_len, "RabbitMQ: could not read the client certificate \"%s\" or its key",
+				 p->client_cert);
+		return NULL;
+	}
+	return sock;
+}
+
+/*
  * Connect, log in, open the channel in confirm mode; false, with why, if
  * that fails.  Each address the host resolves to is judged by the address
  * policy before it is connected to.  Every step is bounded in time.
@@ -558,18 +636,24 @@ connect_broker(PublisherState *s, char *why, size_t why_len)
 			continue;
 
 		s->conn = amqp_new_connection();
-		sock = s->conn != NULL ? amqp_tcp_socket_new(s->conn) : NULL;
+		sock = s->conn == NULL ? NULL : p->parsed.tls ? tls_socket_new(s->conn, p, why, why_len) :
+			amqp_tcp_socket_new(s->conn);
 		if (sock == NULL)
 		{
-			snprintf(why, why_len, "RabbitMQ: out of memory");
+			if (s->conn == NULL || !p->parsed.tls)
+				snprintf(why, why_len, "RabbitMQ: out of memory");
+			if (s->conn != NULL)
+				amqp_destroy_connection(s->conn);
+			s->conn = NULL;
 			break;
 		}
 		rc = amqp_socket_open_noblock(sock, numeric, p->parsed.port, &tv);
 		if (rc != AMQP_STATUS_OK)
 		{
 			/* (librabbitmq keeps no errno worth reporting here) */
-			snprintf(why, why_len, "RabbitMQ: could not connect to %s port %d: %s",
-					 numeric, p->parsed.port, amqp_error_string2(rc));
+			snprintf(why, why_len, "RabbitMQ: could not connect to %s port %d%s: %s",
+					 numeric, p->parsed.port, p->parsed.tls ? " over TLS" : "",
+					 amqp_error_string2(rc));
 			amqp_destroy_connection(s->conn);
 			s->conn = NULL;
 			continue;
@@ -590,10 +674,25 @@ connect_broker(PublisherState *s, char *why, size_t why_len)
 	amqp_set_handshake_timeout(s->conn, &tv);
 	amqp_set_rpc_timeout(s->conn, &tv);
 	r = amqp_login(s->conn, p->parsed.vhost, 0, AMQP_DEFAULT_FRAME_SIZE, 0,
-				   AMQP_SASL_METHOD_PLAIN, "guest", "guest");
+				   AMQP_SASL_METHOD_PLAIN,
+				   p->username != NULL ? p->username : "guest",
+				   p->password != NULL ? p->password : "guest");
 	if (r.reply_type != AMQP_RESPONSE_NORMAL)
 	{
-		reply_text(r, "logging in", why, why_len);
+		/*
+		 * A refused login: RabbitMQ closes with 403 ACCESS_REFUSED (said
+		 * as an authentication failure, as the webhook target says its
+		 * own), or (older brokers) just closes the socket, which
+		 * librabbitmq reports as a lost connection.
+		 */
+		char		text[AMQP_ERROR_LEN];
+		bool		refused = r.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION &&
+			r.reply.id == AMQP_CONNECTION_CLOSE_METHOD &&
+			((amqp_connection_close_t *) r.reply.decoded)->reply_code == AMQP_ACCESS_REFUSED;
+
+		reply_text(r, p->username != NULL ? "logging in as the endpoint's user" :
+				   "logging in as guest", text, sizeof(text));
+		snprintf(why, why_len, "%s%s", refused ? "authentication failed: " : "", text);
 		goto fail;
 	}
 	amqp_channel_open(s->conn, AMQP_CHANNEL);
@@ -987,6 +1086,45 @@ publisher_wake(Publisher *p)
 		return;					/* full: it will wake anyway */
 }
 
+/* Free a publisher's login (the password wiped first) and TLS files. */
+static void
+publisher_forget_login(Publisher *p)
+{
+	if (p->client_cert != NULL)
+		pfree(p->client_cert);
+	if (p->client_key != NULL)
+		pfree(p->client_key);
+	if (p->ca_file != NULL)
+		pfree(p->ca_file);
+	p->client_cert = p->client_key = p->ca_file = NULL;
+	if (p->password != NULL)
+	{
+		explicit_bzero(p->password, strlen(p->password));
+		pfree(p->password);
+	}
+	if (p->username != NULL)
+		pfree(p->username);
+	p->username = p->password = NULL;
+}
+
+static bool
+same_string(const char *a, const char *b)
+{
+	return (a == NULL && b == NULL) || (a != NULL && b != NULL && strcmp(a, b) == 0);
+}
+
+/* Are the publisher's login and client certificate those of ep's auth now? */
+static bool
+publisher_login_is(const Publisher *p, const RelayEndpoint *ep)
+{
+	const AuthConfig *a = ep->auth != NULL ? &ep->auth->cfg : NULL;
+
+	return same_string(p->username, a != NULL ? a->username : NULL) &&
+		same_string(p->password, a != NULL ? a->password : NULL) &&
+		same_string(p->client_cert, a != NULL ? a->client_cert : NULL) &&
+		same_string(p->client_key, a != NULL ? a->client_key : NULL);
+}
+
 /* A new publisher for ep, its thread running; NULL, with why, if not. */
 static Publisher *
 publisher_new(const RelayEndpoint *ep, char *why, size_t why_len)
@@ -1020,6 +1158,17 @@ publisher_new(const RelayEndpoint *ep, char *why, size_t why_len)
 	p->timeout_ms = Max(ep->timeout_ms, 1);
 	p->key_has_type = strstr(p->parsed.routing_key, AMQP_EVENT_TYPE) != NULL;
 	p->allowed = outbox_allowed_networks;
+	if (ep->auth != NULL && ep->auth->cfg.username != NULL)
+	{
+		p->username = MemoryContextStrdup(TopMemoryContext, ep->auth->cfg.username);
+		p->password = MemoryContextStrdup(TopMemoryContext, ep->auth->cfg.password);
+	}
+	if (ep->auth != NULL && ep->auth->cfg.client_cert != NULL)
+	{
+		p->client_cert = MemoryContextStrdup(TopMemoryContext, ep->auth->cfg.client_cert);
+		p->client_key = MemoryContextStrdup(TopMemoryContext, ep->auth->cfg.client_key);
+	}
+	p->ca_file = MemoryContextStrdup(TopMemoryContext, outbox_ca_file != NULL ? outbox_ca_file : "");
 	pthread_mutex_init(&p->lock, NULL);
 
 	/* With every signal blocked, PostgreSQL's handlers run in the relay. */
@@ -1033,6 +1182,7 @@ publisher_new(const RelayEndpoint *ep, char *why, size_t why_len)
 		close(p->wake[0]);
 		close(p->wake[1]);
 		pthread_mutex_destroy(&p->lock);
+		publisher_forget_login(p);
 		pfree(p->url);
 		pfree(p);
 		return NULL;
@@ -1058,13 +1208,14 @@ publisher_free(Publisher *p)
 	close(p->wake[0]);
 	close(p->wake[1]);
 	pthread_mutex_destroy(&p->lock);
+	publisher_forget_login(p);
 	pfree(p->url);
 	pfree(p);
 }
 
 /*
- * The publisher of ep, made if need be; one made from another URL or
- * timeout is retired.  NULL, with why, when none can be made.
+ * The publisher of ep, made if need be; one made from another URL,
+ * timeout or login is retired.  NULL, with why, when none can be made.
  */
 static Publisher *
 publisher_of(const RelayEndpoint *ep, char *why, size_t why_len)
@@ -1073,7 +1224,8 @@ publisher_of(const RelayEndpoint *ep, char *why, size_t why_len)
 	{
 		if (p->endpoint_id != ep->id || p->retired)
 			continue;
-		if (p->timeout_ms == Max(ep->timeout_ms, 1) && strcmp(p->url, ep->url) == 0)
+		if (p->timeout_ms == Max(ep->timeout_ms, 1) && strcmp(p->url, ep->url) == 0 &&
+			publisher_login_is(p, ep))
 			return p;
 		p->retired = true;
 	}
@@ -1407,12 +1559,16 @@ rabbitmq_start(void)
 	target_wake_pipe(relay_wake);
 }
 
-/* After a reload: publishers made under other allowed networks retire. */
+/*
+ * After a reload: publishers made under other allowed networks or another
+ * outbox.ca_file retire.
+ */
 void
 rabbitmq_configure(void)
 {
 	for (Publisher *p = publishers; p != NULL; p = p->next)
-		if (!address_networks_equal(&p->allowed, &outbox_allowed_networks))
+		if (!address_networks_equal(&p->allowed, &outbox_allowed_networks) ||
+			strcmp(p->ca_file, outbox_ca_file != NULL ? outbox_ca_file : "") != 0)
 			p->retired = true;
 }
 

@@ -24,6 +24,7 @@ typedef struct RabbitUrl
 	char		exchange[AMQP_NAME_MAX + 1];	/* "": the default exchange */
 	char		routing_key[AMQP_NAME_MAX + 1]; /* decoded; may hold
 												 * {event_type} */
+	bool		tls;			/* amqps:// */
 } RabbitUrl;
 
 extern bool rabbitmq_parse_url(const char *url, RabbitUrl *out, const char **problem);

@@ -38,11 +38,11 @@ static const TargetOps *const targets[TARGET_KINDS] = {
 TargetKind
 target_of_url(const char *url)
 {
-	if (pg_strncasecmp(url, "kafka://", 8) == 0)
+	if (pg_strncasecmp(url, "kafka://", 8) == 0 || pg_strncasecmp(url, "kafkas://", 9) == 0)
 		return TARGET_KAFKA;
-	if (pg_strncasecmp(url, "nats://", 7) == 0)
+	if (pg_strncasecmp(url, "nats://", 7) == 0 || pg_strncasecmp(url, "tls://", 6) == 0)
 		return TARGET_NATS;
-	if (pg_strncasecmp(url, "amqp://", 7) == 0)
+	if (pg_strncasecmp(url, "amqp://", 7) == 0 || pg_strncasecmp(url, "amqps://", 8) == 0)
 		return TARGET_RABBITMQ;
 	return TARGET_WEBHOOK;
 }

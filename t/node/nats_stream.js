@@ -7,7 +7,9 @@
 //   node nats_stream.js SERVERS info NAME          its state, as JSON
 //   node nats_stream.js SERVERS read NAME          every message, in order
 //
-// SERVERS is host:port[,host:port].  read prints one JSON line per message:
+// SERVERS is host:port[,host:port].  NATS_USER and NATS_PASS, or
+// NATS_TOKEN, in the environment: the credentials to connect with;
+// NATS_CA, NATS_CERT and NATS_KEY: TLS with that CA and client certificate.  read prints one JSON line per message:
 // seq, subject, headers (name: value; the first value of each), data (the
 // payload as text), from the first sequence to the last at the start.
 // Exits 1 with the client's error on stderr.
@@ -18,7 +20,10 @@ const { connect, StringCodec } = require("nats");
 async function main()
 {
 	const [servers, cmd, arg] = process.argv.slice(2);
-	const nc = await connect({ servers: servers.split(","), timeout: 5000 });
+	const tls = process.env.NATS_CA ? { caFile: process.env.NATS_CA, certFile: process.env.NATS_CERT,
+		keyFile: process.env.NATS_KEY } : undefined;
+	const nc = await connect({ servers: servers.split(","), timeout: 5000, tls,
+		user: process.env.NATS_USER, pass: process.env.NATS_PASS, token: process.env.NATS_TOKEN });
 	try
 	{
 		const jsm = await nc.jetstreamManager({ timeout: 10000 });

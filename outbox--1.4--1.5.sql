@@ -152,9 +152,12 @@ $$;
 -- once, by event type, and each endpoint then adds up the types it
 -- subscribes to: the cost is the events past the distinct positions plus
 -- endpoints x event types.
+-- With the owner's rights, as health() and rotation_holds(): an operator
+-- granted the views and these functions needs no rights on the tables
+-- (README, "Privileges").
 CREATE FUNCTION outbox._unread_all()
 RETURNS TABLE (endpoint_id integer, n bigint, oldest timestamptz)
-LANGUAGE sql STABLE
+LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 SET jit = off
 AS $$
@@ -204,7 +207,7 @@ COMMENT ON VIEW outbox.backlog IS
 
 CREATE OR REPLACE FUNCTION outbox.rotation_holds()
 RETURNS TABLE (holder text, detail text)
-LANGUAGE sql STABLE
+LANGUAGE sql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off
 SET jit = off
@@ -1362,6 +1365,11 @@ REVOKE ALL ON FUNCTION outbox.create_endpoint(text, text, text[], text, jsonb, b
     outbox.alter_endpoint(text, text, text[], text, jsonb, boolean, interval, integer, integer, text, interval, jsonb, numeric),
     outbox._check_rate_limit(numeric), outbox._in_flight(), outbox._relay_endpoints() FROM PUBLIC;
 REVOKE ALL ON outbox.endpoint_status FROM PUBLIC;
+
+-- What an operator reads runs with the owner's rights, so that a role
+-- granted the views and these functions reads them without rights on the
+-- tables (README, "Privileges").
+ALTER FUNCTION outbox.health() SECURITY DEFINER;
 
 -- (last: grants back on what this script created again)
 SELECT outbox._grants_back();

@@ -268,6 +268,30 @@ SELECT what, by_user FROM regress_sec_evil.called;
 RESET ROLE;
 SELECT event_type, key, payload FROM outbox.events WHERE event_type = 'sec_booking.inserted' AND key = '8';
 
+-- An operator with the grants README gives one reads every view and
+-- health(), and still no table: what they call runs with the owner's
+-- rights.
+CREATE ROLE regress_outbox_ops LOGIN;
+GRANT USAGE ON SCHEMA outbox TO regress_outbox_ops;
+GRANT SELECT ON outbox.endpoint_status, outbox.backlog, outbox.attempts,
+                outbox.dead_letters, outbox.relay_stats TO regress_outbox_ops;
+GRANT EXECUTE ON FUNCTION outbox.health(), outbox.rotation_holds(), outbox._unread_all(),
+                          outbox._in_flight(), outbox._relay_stats() TO regress_outbox_ops;
+SET ROLE regress_outbox_ops;
+SELECT try($$SELECT count(*) FROM outbox.endpoint_status$$) AS endpoint_status,
+       try($$SELECT count(*) FROM outbox.backlog$$) AS backlog,
+       try($$SELECT count(*) FROM outbox.attempts$$) AS attempts,
+       try($$SELECT count(*) FROM outbox.dead_letters$$) AS dead_letters,
+       try($$SELECT count(*) FROM outbox.relay_stats$$) AS relay_stats,
+       try($$SELECT count(*) FROM outbox.health()$$) AS health,
+       try($$SELECT count(*) FROM outbox.rotation_holds()$$) AS rotation_holds;
+SELECT try($$SELECT count(*) FROM outbox.events$$) AS events,
+       try($$SELECT count(*) FROM outbox.endpoint_secrets$$) AS endpoint_secrets,
+       try($$SELECT count(*) FROM outbox.positions$$) AS positions;
+RESET ROLE;
+DROP OWNED BY regress_outbox_ops;
+DROP ROLE regress_outbox_ops;
+
 -- Clean up.
 SELECT outbox.drop_endpoint('sec-ep');
 DROP TABLE sec_calls;

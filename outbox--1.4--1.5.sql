@@ -405,12 +405,13 @@ CREATE INDEX attempt_log_expired_idx ON outbox.attempt_log (endpoint_id) WHERE e
 -- superusers, and shown in no view.
 ALTER TABLE outbox.endpoint_secrets ADD COLUMN auth jsonb;
 COMMENT ON COLUMN outbox.endpoint_secrets.auth IS
-    'client authentication: {"bearer": ...}, {"client_cert": ..., "client_key": ...}, {"oauth2": {...}}; NULL: none';
+    'client authentication: {"bearer": ...}, {"client_cert": ..., "client_key": ...}, {"oauth2": {...}}; a broker''s {"username": ..., "password": ...}, {"token": ...} or {"sasl": {...}}; NULL: none';
 
 -- Client authentication: the object checked (bearer, client_cert with
--- client_key, oauth2), NULL for '{}' (none).  A client certificate is a
--- file the server reads: naming one takes the privileges of
--- pg_read_server_files.
+-- client_key, oauth2; a broker's username with password, token, sasl),
+-- NULL for '{}' (none).  A client certificate is a file the server reads:
+-- naming one takes the privileges of pg_read_server_files, and its key
+-- may not need a passphrase.
 CREATE FUNCTION outbox._check_auth(auth jsonb) RETURNS jsonb
 LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'outbox_check_auth';
 COMMENT ON FUNCTION outbox._check_auth(jsonb) IS
@@ -473,6 +474,14 @@ BEGIN
                                       scheme || '://...', coalesce(nullif(array_to_string(takes, ', '), ''), 'no keys'));
         END IF;
     END LOOP;
+    -- libnats writes these into its CONNECT message's JSON as they are.
+    IF scheme IN ('nats', 'tls')
+       AND EXISTS (SELECT 1 FROM jsonb_each_text(auth) kv
+                    WHERE kv.key IN ('username', 'password', 'token') AND kv.value ~ '["\\]') THEN
+        RAISE EXCEPTION 'auth''s username, password and token of a NATS endpoint may not hold a quote or a backslash'
+            USING ERRCODE = '22023',
+                  DETAIL = 'The NATS client sends them inside a JSON message without escaping them.';
+    END IF;
 END
 $$;
 COMMENT ON FUNCTION outbox._check_auth_target(jsonb, text) IS
@@ -1085,7 +1094,7 @@ REVOKE ALL ON FUNCTION outbox.emit(text, jsonb, text, jsonb, timestamptz, text, 
 
 -- Endpoint URLs may name a Kafka cluster and topic (the Kafka target), or
 -- NATS servers and a JetStream subject (the NATS target).
-COMMENT ON FUNCTION outbox._check_url(text) IS 'internal: validate an endpoint URL (http, https, kafka, nats or amqp), return it normalized';
+COMMENT ON FUNCTION outbox._check_url(text) IS 'internal: validate an endpoint URL (http, https, kafka, kafkas, nats, tls, amqp or amqps), return it normalized';
 
 ----------------------------------------------------------------------------
 -- Rate limits per endpoint (issue 14, item 1)

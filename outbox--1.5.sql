@@ -52,7 +52,7 @@ COMMENT ON FUNCTION outbox._raw_size(jsonb) IS
 
 CREATE FUNCTION outbox._check_url(url text) RETURNS text
 LANGUAGE c STRICT IMMUTABLE AS 'MODULE_PATHNAME', 'outbox_check_url';
-COMMENT ON FUNCTION outbox._check_url(text) IS 'internal: validate an endpoint URL (http, https, kafka, nats or amqp), return it normalized';
+COMMENT ON FUNCTION outbox._check_url(text) IS 'internal: validate an endpoint URL (http, https, kafka, kafkas, nats, tls, amqp or amqps), return it normalized';
 
 CREATE FUNCTION outbox._check_event_types(patterns text[]) RETURNS text[]
 LANGUAGE c IMMUTABLE AS 'MODULE_PATHNAME', 'outbox_check_event_types';
@@ -246,7 +246,7 @@ CREATE TABLE outbox.endpoint_secrets (
 );
 COMMENT ON TABLE outbox.endpoint_secrets IS 'signing secrets (whsec_...); readable only by the extension owner and superusers';
 COMMENT ON COLUMN outbox.endpoint_secrets.auth IS
-    'client authentication: {"bearer": ...}, {"client_cert": ..., "client_key": ...}, {"oauth2": {...}}; NULL: none';
+    'client authentication: {"bearer": ...}, {"client_cert": ..., "client_key": ...}, {"oauth2": {...}}; a broker''s {"username": ..., "password": ...}, {"token": ...} or {"sasl": {...}}; NULL: none';
 
 -- Each endpoint's position.  Every event whose transaction is visible in
 -- snap has been dealt with for that endpoint.  While a batch is being worked
@@ -738,9 +738,10 @@ COMMENT ON FUNCTION outbox._check_format(text, jsonb) IS
     'internal: validate an endpoint''s format, and its headers for that format';
 
 -- Client authentication: the object checked (bearer, client_cert with
--- client_key, oauth2), NULL for '{}' (none).  A client certificate is a
--- file the server reads: naming one takes the privileges of
--- pg_read_server_files.
+-- client_key, oauth2; a broker's username with password, token, sasl),
+-- NULL for '{}' (none).  A client certificate is a file the server reads:
+-- naming one takes the privileges of pg_read_server_files, and its key
+-- may not need a passphrase.
 CREATE FUNCTION outbox._check_auth(auth jsonb) RETURNS jsonb
 LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'outbox_check_auth';
 COMMENT ON FUNCTION outbox._check_auth(jsonb) IS
@@ -803,6 +804,14 @@ BEGIN
                                       scheme || '://...', coalesce(nullif(array_to_string(takes, ', '), ''), 'no keys'));
         END IF;
     END LOOP;
+    -- libnats writes these into its CONNECT message's JSON as they are.
+    IF scheme IN ('nats', 'tls')
+       AND EXISTS (SELECT 1 FROM jsonb_each_text(auth) kv
+                    WHERE kv.key IN ('username', 'password', 'token') AND kv.value ~ '["\\]') THEN
+        RAISE EXCEPTION 'auth''s username, password and token of a NATS endpoint may not hold a quote or a backslash'
+            USING ERRCODE = '22023',
+                  DETAIL = 'The NATS client sends them inside a JSON message without escaping them.';
+    END IF;
 END
 $$;
 COMMENT ON FUNCTION outbox._check_auth_target(jsonb, text) IS

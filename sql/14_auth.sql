@@ -180,6 +180,8 @@ SELECT u, regexp_replace(a::text, '"/[^"]*PG_VERSION"', '"PEM"', 'g') AS auth, t
          ('amqp://127.0.0.1/?exchange=x', '{"username": "u", "password": "line\nbreak-86"}'),
          ('nats://127.0.0.1:4222/s', '{"token": "two words"}'),
          ('nats://127.0.0.1:4222/s', '{"token": "t", "username": "u", "password": "p"}'),
+         ('nats://127.0.0.1:4222/s', '{"username": "u", "password": "pw\",\"user\":\"other"}'),
+         ('tls://127.0.0.1:4222/s', '{"token": "back\\\\slash"}'),
          ('kafka://127.0.0.1:9092/t', '{"sasl": "PLAIN"}'),
          ('kafka://127.0.0.1:9092/t', '{"sasl": {"mechanism": "GSSAPI", "username": "u", "password": "p"}}'),
          ('kafka://127.0.0.1:9092/t', '{"sasl": {"username": "u", "password": "p"}}'),
@@ -187,6 +189,12 @@ SELECT u, regexp_replace(a::text, '"/[^"]*PG_VERSION"', '"PEM"', 'g') AS auth, t
          ('kafka://127.0.0.1:9092/t', '{"sasl": {"mechanism": "PLAIN", "username": "u", "password": "p", "realm": "r"}}'),
          ('kafka://127.0.0.1:9092/t', '{"sasl": {"mechanism": "PLAIN", "username": "u", "password": "p"}, "username": "u"}')
        ) AS v(u, a);
+-- A client key with a passphrase is refused: the relay has none to give.
+SELECT current_setting('data_directory') || '/encrypted_key.pem' AS enc_key \gset
+COPY (SELECT '-----BEGIN ENCRYPTED PRIVATE KEY-----') TO :'enc_key';
+SELECT regexp_replace(try(format('SELECT outbox.create_endpoint(%L, %L, auth => %L)', 'auth-enc', 'https://example.com/',
+                                 jsonb_build_object('client_cert', :'pem', 'client_key', :'enc_key'))),
+                      '"/[^"]*/encrypted_key.pem"', '"KEY"') AS encrypted_key;
 -- A broker's auth moves with its URL: another target's keys are refused.
 SELECT try($$SELECT outbox.alter_endpoint('auth-amqp', url => 'kafka://127.0.0.1:9092/t')$$) AS amqp_auth_to_kafka_url;
 SELECT try($$SELECT outbox.alter_endpoint('auth-kafka', url => 'amqp://127.0.0.1/?exchange=x')$$) AS sasl_to_amqp_url;

@@ -35,6 +35,7 @@
 #include "lib/stringinfo.h"
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
+#include "storage/fd.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
@@ -283,8 +284,28 @@ auth_equal(const AuthConfig *a, const AuthConfig *b)
 }
 
 /*
+ * Whether a PEM key file is encrypted: PKCS#8's "ENCRYPTED PRIVATE KEY"
+ * or the traditional "Proc-Type: 4,ENCRYPTED" header, in its first 4 kB.
+ */
+static bool
+key_encrypted(const char *path)
+{
+	char		head[4097];
+	size_t		len;
+	FILE	   *f = AllocateFile(path, "r");
+
+	if (f == NULL)
+		return false;
+	len = fread(head, 1, sizeof(head) - 1, f);
+	FreeFile(f);
+	head[len] = '\0';
+	return strstr(head, "ENCRYPTED") != NULL;
+}
+
+/*
  * A client certificate or key file: an absolute path to a regular file
- * this server (the relay runs as the same user) can read.
+ * this server (the relay runs as the same user) can read, and a key that
+ * needs no passphrase.
  */
 static void
 check_file(const char *path, const char *what)
@@ -308,6 +329,12 @@ check_file(const char *path, const char *what)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("auth's %s \"%s\" cannot be read: %m", what, path),
 				 errdetail("The file must be readable by the operating system user the server runs as.")));
+	if (strcmp(what, "client_key") == 0 && key_encrypted(path))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("auth's client_key \"%s\" is encrypted", path),
+				 errdetail("The relay has no passphrase for it (OpenSSL would ask for one on the server's terminal)."),
+				 errhint("Give a key without a passphrase, readable only by the operating system user the server runs as.")));
 }
 
 /*

@@ -515,6 +515,20 @@ conn_connect(NatsConn *c)
 	natsStatus	s;
 	jsOptions	jo;
 
+	/*
+	 * libnats writes the user, password and token into its CONNECT message's
+	 * JSON as they are: a quote or a backslash would change the message.
+	 * _check_auth_target refuses them; an auth written into the table by
+	 * hand is refused here.
+	 */
+	if ((c->username != NULL && strpbrk(c->username, "\"\\") != NULL) ||
+		(c->password != NULL && strpbrk(c->password, "\"\\") != NULL) ||
+		(c->token != NULL && strpbrk(c->token, "\"\\") != NULL))
+	{
+		strlcpy(c->why, "authentication failed: auth's username, password or token holds a quote or a backslash, which NATS cannot carry",
+				sizeof(c->why));
+		return;
+	}
 	resolve_servers(&c->parsed, &c->allowed, urls, lengthof(urls), &n, c->why, sizeof(c->why));
 	if (n == 0)
 	{

@@ -122,6 +122,8 @@ CREATE TABLE outbox.events_1 PARTITION OF outbox.events FOR VALUES IN (1);
 CREATE TABLE outbox.events_2 PARTITION OF outbox.events FOR VALUES IN (2);
 CREATE INDEX events_id_idx ON outbox.events (id);
 CREATE INDEX events_txid_idx ON outbox.events (txid);
+-- The events with a priority, for _read_page's look ahead.
+CREATE INDEX events_ahead_idx ON outbox.events (id) WHERE priority > 0;
 
 COMMENT ON TABLE outbox.events IS 'emitted events, insert-only; partitions are emptied by rotation, never row by row';
 COMMENT ON COLUMN outbox.events.id IS 'order of emission (within a batch, events are delivered in id order)';
@@ -1762,6 +1764,18 @@ $$;
 COMMENT ON FUNCTION outbox._attach(integer[]) IS
     'internal: endpoints whose position reached the stream''s follow it again';
 
+-- Whether an endpoint has attempted an event (an attempt is logged: sent,
+-- or found expired) or holds it in retries (failed, or deferred): an
+-- event sent ahead of its page is passed over when its page comes.
+CREATE FUNCTION outbox._attempted(eid integer, evid bigint, ev uuid) RETURNS boolean
+LANGUAGE sql STABLE PARALLEL SAFE
+RETURN EXISTS (SELECT 1 FROM outbox.attempt_log a
+                WHERE a.event_id OPERATOR(pg_catalog.=) ev AND a.endpoint_id OPERATOR(pg_catalog.=) eid)
+    OR EXISTS (SELECT 1 FROM outbox.retries r
+                WHERE r.endpoint_id OPERATOR(pg_catalog.=) eid AND r.id OPERATOR(pg_catalog.=) evid);
+COMMENT ON FUNCTION outbox._attempted(integer, bigint, uuid) IS
+    'internal: whether an endpoint has attempted an event or holds it in retries (one sent ahead of its page)';
+
 -- The next page of events owed to an endpoint that does not follow the
 -- stream, read from its own position in id order: at most lim events, and
 -- it ends after the event that brings it to max_bytes (one event at least).
@@ -1776,11 +1790,19 @@ COMMENT ON FUNCTION outbox._attach(integer[]) IS
 -- costs milliseconds however far behind the endpoint is.  Writes only the
 -- position's batch bounds; the relay advances after_id when it records the
 -- page.  bytes_cut is true on every row of a page that the byte budget or
--- the span ended: such a page is not the end of its batch.
+-- the span ended: such a page is not the end of its batch.  Unless the
+-- endpoint is ordered, the page also carries, after its own rows (ahead
+-- true), up to a quarter of it of the batch's highest-priority events
+-- further on, so that priority reaches past the page across a backlog;
+-- when the page of such an event comes, the event is passed over, since
+-- the endpoint attempted it (_attempted: its retry, if it failed, goes on
+-- as any other).  The relay advances after_id to the last row that is not
+-- ahead.
 CREATE FUNCTION outbox._read_page(eid integer, lim integer, verify boolean, max_bytes bigint)
 RETURNS TABLE (id bigint, event_id uuid, event_type text, deliver_at timestamptz, key text,
                emitted_at timestamptz, data text, header_lines text[], batch text, blocked boolean,
-               delivered boolean, bytes_cut boolean, expires_at timestamptz, priority smallint)
+               delivered boolean, bytes_cut boolean, expires_at timestamptz, priority smallint,
+               ahead boolean)
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off
@@ -1841,30 +1863,67 @@ BEGIN
 
         top := (SELECT max(e.id) FROM outbox.events e);
         RETURN QUERY
-            SELECT e.id, e.event_id, e.event_type, e.deliver_at, e.key, e.created_at, e.payload::text,
-                   CASE WHEN e.headers IS NULL THEN '{}' ELSE outbox._header_lines(e.headers) END,
+            WITH page AS (
+                SELECT e.id, e.event_id, e.event_type, e.deliver_at, e.key, e.created_at, e.payload,
+                       e.headers, e.expires_at, coalesce(e.priority, 0::smallint) AS priority,
+                       -- cut: by the byte budget, or by the span while more ids follow
+                       (max(e.upto) OVER ()) >= max_bytes
+                           OR ((count(*) OVER ()) < lim AND pos.after_id + span < top) AS bytes_cut
+                  FROM (SELECT ev.id, ev.event_id, ev.deliver_at, ev.key, ev.event_type, ev.created_at,
+                               ev.payload, ev.headers, ev.sz, ev.expires_at, ev.priority,
+                               sum(ev.sz) OVER (ORDER BY ev.id) AS upto
+                          FROM (SELECT e1.*, outbox._event_bytes(e1.payload, e1.headers) AS sz
+                                  FROM outbox.events e1
+                                 WHERE e1.id > pos.after_id AND e1.id <= pos.after_id + span
+                                   AND pg_visible_in_snapshot(e1.txid, pos.next_snap)
+                                   AND NOT pg_visible_in_snapshot(e1.txid, pos.snap)
+                                   AND (match_all OR e1.event_type LIKE ANY (pats))
+                                   -- one sent ahead by an earlier page is passed over
+                                   AND (is_ordered OR coalesce(e1.priority, 0) <= 0
+                                        OR NOT outbox._attempted(eid, e1.id, e1.event_id))
+                                 ORDER BY e1.id
+                                 LIMIT lim) ev) e
+                 WHERE e.upto - e.sz < max_bytes
+            ), ahead AS (
+                -- Sent ahead: the highest-priority events of the batch past
+                -- the page, above the page's lowest priority, found among
+                -- the next 8 x lim events with a priority (events_ahead_idx),
+                -- not attempted here yet; a quarter of the page in events
+                -- and in bytes at most.  Never on an ordered endpoint.
+                SELECT h.*
+                  FROM (SELECT c.*, sum(c.sz) OVER (ORDER BY c.priority DESC, c.id) AS upto
+                          FROM (SELECT x.id, x.event_id, x.event_type, x.deliver_at, x.key, x.created_at,
+                                       x.payload, x.headers, x.expires_at, x.priority,
+                                       outbox._event_bytes(x.payload, x.headers) AS sz
+                                  FROM (SELECT e2.* FROM outbox.events e2
+                                         WHERE NOT is_ordered AND e2.priority > 0
+                                           AND e2.id > (SELECT max(pg.id) FROM page pg)
+                                         ORDER BY e2.id
+                                         LIMIT 8 * lim) x
+                                 WHERE x.priority > (SELECT min(pg.priority) FROM page pg)
+                                   AND pg_visible_in_snapshot(x.txid, pos.next_snap)
+                                   AND NOT pg_visible_in_snapshot(x.txid, pos.snap)
+                                   AND (match_all OR x.event_type LIKE ANY (pats))
+                                   AND NOT outbox._attempted(eid, x.id, x.event_id)
+                                 ORDER BY x.priority DESC, x.id
+                                 LIMIT greatest(lim / 4, 1)) c) h
+                 WHERE h.upto <= max_bytes / 4
+            )
+            SELECT pg.id, pg.event_id, pg.event_type, pg.deliver_at, pg.key, pg.created_at, pg.payload::text,
+                   CASE WHEN pg.headers IS NULL THEN '{}' ELSE outbox._header_lines(pg.headers) END,
                    pos.next_snap::text,
-                   is_ordered AND e.key IS NOT NULL
+                   is_ordered AND pg.key IS NOT NULL
                        AND EXISTS (SELECT 1 FROM outbox.retries r
-                                    WHERE r.endpoint_id = eid AND r.key = e.key),
-                   verify AND outbox._delivered(eid, e.event_id, '-infinity'),
-                   -- cut: by the byte budget, or by the span while more ids follow
-                   (max(e.upto) OVER ()) >= max_bytes
-                       OR ((count(*) OVER ()) < lim AND pos.after_id + span < top),
-                   e.expires_at, coalesce(e.priority, 0::smallint)
-              FROM (SELECT ev.id, ev.event_id, ev.deliver_at, ev.key, ev.event_type, ev.created_at,
-                           ev.payload, ev.headers, ev.sz, ev.expires_at, ev.priority,
-                           sum(ev.sz) OVER (ORDER BY ev.id) AS upto
-                      FROM (SELECT e1.*, outbox._event_bytes(e1.payload, e1.headers) AS sz
-                              FROM outbox.events e1
-                             WHERE e1.id > pos.after_id AND e1.id <= pos.after_id + span
-                               AND pg_visible_in_snapshot(e1.txid, pos.next_snap)
-                               AND NOT pg_visible_in_snapshot(e1.txid, pos.snap)
-                               AND (match_all OR e1.event_type LIKE ANY (pats))
-                             ORDER BY e1.id
-                             LIMIT lim) ev) e
-             WHERE e.upto - e.sz < max_bytes
-             ORDER BY e.id;
+                                    WHERE r.endpoint_id = eid AND r.key = pg.key),
+                   verify AND outbox._delivered(eid, pg.event_id, '-infinity'),
+                   pg.bytes_cut, pg.expires_at, pg.priority, false
+              FROM page pg
+            UNION ALL
+            SELECT a.id, a.event_id, a.event_type, a.deliver_at, a.key, a.created_at, a.payload::text,
+                   CASE WHEN a.headers IS NULL THEN '{}' ELSE outbox._header_lines(a.headers) END,
+                   pos.next_snap::text, false, false, false, a.expires_at, a.priority, true
+              FROM ahead a
+             ORDER BY 15, 1;
         IF FOUND THEN
             RETURN;
         END IF;

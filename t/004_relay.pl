@@ -326,15 +326,17 @@ SELECT count(*), count(*) FILTER (WHERE attempt = 1), count(*) FILTER (WHERE att
 # events in retry, moving an endpoint to another URL.
 ########################################################################
 
+# doomed's receiver holds its requests until the test releases them.
+my $release = PostgreSQL::Test::Utils::tempdir() . '/release_doomed';
 $node->safe_psql('postgres', qq{
-SELECT outbox.create_endpoint('doomed', '$url/doomed?delay=3', '{life.*}');
+SELECT outbox.create_endpoint('doomed', '$url/doomed?hold=$release', '{life.*}');
 SELECT outbox.create_endpoint('flaky', '$url/flaky?status=503', '{life.*}', max_attempts => 100);
 SELECT outbox.create_endpoint('bystander', '$url/bystander', '{life.*}');
 SELECT outbox.create_endpoint('moving', '$url/old', '{move.*}');
 });
 my @life1 = split /\n/, $node->safe_psql('postgres',
 	q{SELECT outbox.emit('life.x', jsonb_build_object('i', i)) FROM generate_series(1, 5) i});
-# doomed has read its page (its requests wait 3 s for an answer); flaky has
+# doomed has read its page (its requests wait for the release); flaky has
 # failed once and waits for a retry.
 $node->poll_query_until('postgres', q{
 SELECT (SELECT p.next_snap IS NOT NULL FROM outbox.positions p JOIN outbox.endpoints e ON e.id = p.endpoint_id
@@ -350,6 +352,10 @@ my @life2 = split /\n/, $node->safe_psql('postgres',
 ok(wait_received($log, got_all('/bystander', @life1, @life2)), 'bystander received everything after the drops');
 # The in-flight requests to doomed end; the relay records (or drops) them
 # and goes on.
+{
+	open(my $fh, '>', $release) or die "cannot write $release: $!";
+	close $fh;
+}
 ok(wait_received($log, got_all('/doomed', @life1)), 'requests to the dropped endpoint finished');
 my @life3 = split /\n/, $node->safe_psql('postgres',
 	q{SELECT outbox.emit('life.z', jsonb_build_object('i', i)) FROM generate_series(1, 5) i});

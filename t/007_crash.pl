@@ -1,7 +1,8 @@
 # Crash rounds (DESIGN promises 1-3): several clients emit thousands of
 # events to a few hundred endpoints (one for every event, one for order
 # events, and 300 with an event type each: half the events are of those),
-# about one transaction in ten rolling back; at a
+# about one transaction in ten rolling back, one event in five with a
+# priority (endpoints behind send those ahead of their pages); at a
 # random moment during delivery the relay is killed with SIGKILL, or a
 # client backend is (both force the postmaster's crash restart), or the
 # server is stopped with -m immediate and started again.  Once the backlog
@@ -149,7 +150,8 @@ sub plan_client
 		for my $k (0 .. int(rand(5)))
 		{
 			my $type = $n_bulk > 0 && rand() < 0.5 ? 'bulk.' . int(rand($n_bulk)) : $types[ int(rand(@types)) ];
-			push @events, { id => "$round.$c.$t.$k", type => $type, exp => rand() < 0.05 ? 1 : 0 };
+			push @events, { id => "$round.$c.$t.$k", type => $type, exp => rand() < 0.05 ? 1 : 0,
+				prio => rand() < 0.2 ? 1 + int(rand(3)) : 0 };
 		}
 		my $sql = "BEGIN;\nSELECT "
 		  . join(', ',
@@ -157,7 +159,8 @@ sub plan_client
 				"outbox.emit('$_->{type}', '"
 				  . qq({"id": "$_->{id}", "r": $round, "c": $c, "t": $t, "rb": )
 				  . ($rb ? 'true' : 'false') . "}'"
-				  . ($_->{exp} ? ', expires_at => now())' : ')')
+				  . ($_->{exp} ? ', expires_at => now()' : '')
+				  . ($_->{prio} ? ", priority => $_->{prio})" : ')')
 			} @events)
 		  . ";\nSELECT pg_sleep(" . sprintf('%.4f', rand(0.01)) . ");\n"
 		  . ($rb ? "ROLLBACK;\n\\echo R $t\n" : "COMMIT;\n\\echo C $t\n");

@@ -140,4 +140,52 @@ for my $key ('a', 'b')
 is(sql("SELECT count(*) FROM outbox.attempts WHERE endpoint IN ('prio', 'ord') AND status = 200"),
 	2 + @prio + @ord, 'each delivered once');
 
+############################################################################
+# Part 4: priority across a backlog of many pages.
+############################################################################
+
+# Pages of 10 events; two endpoints paused while 60 events of priority 0
+# and then 3 of priority 5 are emitted.  Once resumed, each reads its
+# backlog page by page, and the urgent events, sent ahead of their page,
+# arrive among the first pages' deliveries instead of last.  "flaky" fails
+# each urgent event once: its retry is the only other copy (the page that
+# comes to it passes it over).
+ok(reload_with('outbox.batch_size' => '10'), 'pages of 10 events');
+my %urgent;
+for my $ep (qw(back flaky))
+{
+	sql("SELECT outbox.create_endpoint('$ep', '$url/$ep', '{$ep.*}', max_in_flight => 2)");
+	sql("SELECT outbox.pause_endpoint('$ep')");
+	sql(qq{SELECT count(outbox.emit('$ep.low', jsonb_build_object('n', n))) FROM generate_series(1, 60) n});
+	my $fail = $ep eq 'flaky' ? q{, headers => '{"x-test-status": "500", "x-test-fail_first": "1"}'} : '';
+	$urgent{$ep} = [ split /\n/, sql(qq{
+SELECT outbox.emit('$ep.high', jsonb_build_object('n', 'h' || n), priority => 5$fail)
+  FROM generate_series(1, 3) n}) ];
+}
+sql("SELECT outbox.resume_endpoint('$_')") for qw(back flaky);
+for my $ep (qw(back flaky))
+{
+	my $n = $ep eq 'flaky' ? 66 : 63;
+	ok(wait_received($log, sub { (grep { $_->{path} eq "/$ep" } @_) >= $n }), "$ep: the backlog arrived");
+	my @r = reqs($ep);
+	my @at = grep { $r[$_]{data}{n} =~ /^h/ } 0 .. $#r;
+	diag("$ep: the urgent events' requests were number " . join(', ', map { $_ + 1 } @at) . ' of ' . scalar(@r));
+	cmp_ok($at[2], '<', 30, "$ep: the urgent events went ahead of the backlog's later pages");
+}
+ok( $node->poll_query_until('postgres', q{
+SELECT bool_and(events_waiting = 0 AND in_retry = 0) FROM outbox.endpoint_status WHERE name IN ('back', 'flaky')}),
+	'nothing left waiting or in retry');
+for my $ep (qw(back flaky))
+{
+	my %n;
+	$n{ $_->{headers}{'webhook-id'} }++ for reqs($ep);
+	my %u = map { $_ => 1 } @{ $urgent{$ep} };
+	is(scalar(keys %n), 63, "$ep: all 63 events arrived");
+	is(join(',', map { $n{$_} // 0 } @{ $urgent{$ep} }), $ep eq 'flaky' ? '2,2,2' : '1,1,1',
+		"$ep: each urgent event " . ($ep eq 'flaky' ? 'twice (failed once, then its retry)' : 'once'));
+	is(scalar(grep { !$u{$_} && $n{$_} != 1 } keys %n), 0, "$ep: every other event once");
+}
+is(sql(q{SELECT count(*) FROM outbox.attempts WHERE endpoint = 'flaky' AND status = 500}), '3',
+	'flaky: three failed attempts, one per urgent event');
+
 done_testing();

@@ -204,6 +204,8 @@ typedef struct EventRows
 	int		   *attempts;		/* due: attempts made so far */
 	char	   *snap;			/* stream, page: its batch snapshot (text) */
 	bool		batch_done;		/* stream, page: it ended the batch */
+	int			n_own;			/* page: its own rows, first; the rest are
+								 * sent ahead of their page (priority) */
 } EventRows;
 
 /* What the relay read for one endpoint at once: a page or due retries. */

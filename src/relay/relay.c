@@ -797,7 +797,8 @@ read_own_page(RelayEndpoint *ep)
 	}
 	b = delivery_batch_of_events(ep, true, &rows, cxt);
 	b->snap = rows.snap;
-	b->last_id = b->d[b->n - 1].id;
+	/* (the position passes its own rows, not those sent ahead) */
+	b->last_id = b->d[rows.n_own - 1].id;
 	b->batch_done = rows.batch_done;
 	now = GetCurrentTimestamp();
 	for (int i = 0; i < b->n; i++)

@@ -296,7 +296,8 @@ read_events(SPIPlanPtr plan, Datum *args, bool read_only, int limit,
 				c_batch,
 				c_bytes_cut,
 				c_expires_at,
-				c_priority;
+				c_priority,
+				c_ahead;
 	bool		isnull;
 
 	rc = SPI_execute_plan(plan, args, NULL, read_only, 0);
@@ -323,6 +324,7 @@ read_events(SPIPlanPtr plan, Datum *args, bool read_only, int limit,
 	c_attempts = SPI_fnumber(desc, "attempts");
 	c_batch = SPI_fnumber(desc, "batch");
 	c_bytes_cut = SPI_fnumber(desc, "bytes_cut");
+	c_ahead = SPI_fnumber(desc, "ahead");
 
 	old = MemoryContextSwitchTo(cxt);
 	rows->n = (int) SPI_processed;
@@ -364,10 +366,16 @@ read_events(SPIPlanPtr plan, Datum *args, bool read_only, int limit,
 	}
 	if (c_batch > 0)
 		rows->snap = col_text(SPI_tuptable->vals[0], desc, c_batch);
+	/* A page's own rows come first, those sent ahead after them. */
+	rows->n_own = rows->n;
+	if (c_ahead > 0)
+		while (rows->n_own > 1 &&
+			   DatumGetBool(col_datum(SPI_tuptable->vals[rows->n_own - 1], desc, c_ahead, &isnull)))
+			rows->n_own--;
 	/* A page that the byte budget ended is no sign the batch is done. */
 	if (c_bytes_cut > 0)
-		rows->batch_done = rows->n < limit &&
-			!DatumGetBool(col_datum(SPI_tuptable->vals[rows->n - 1], desc, c_bytes_cut, &isnull));
+		rows->batch_done = rows->n_own < limit &&
+			!DatumGetBool(col_datum(SPI_tuptable->vals[rows->n_own - 1], desc, c_bytes_cut, &isnull));
 	MemoryContextSwitchTo(old);
 	/* Copied: SPI's copy goes now, not with the step's last read. */
 	SPI_freetuptable(SPI_tuptable);
@@ -379,7 +387,8 @@ read_events(SPIPlanPtr plan, Datum *args, bool read_only, int limit,
  * about outbox.batch_bytes of payload and headers, copied into cxt; false
  * when there is none.  With verify, events already answered with a 2xx
  * are marked delivered.  Each says whether it is blocked: on an ordered
- * endpoint, behind an earlier event of its key.
+ * endpoint, behind an earlier event of its key.  The page's own rows come
+ * first (rows->n_own of them), then those sent ahead of their page.
  */
 bool
 store_read_page(int endpoint_id, int limit, bool verify, EventRows *rows, MemoryContext cxt)
@@ -392,7 +401,7 @@ store_read_page(int endpoint_id, int limit, bool verify, EventRows *rows, Memory
 		Oid			types[4] = {INT4OID, INT4OID, BOOLOID, INT8OID};
 
 		plan = outbox_prepare_kept("SELECT id, event_id, event_type, deliver_at, key, emitted_at, data, header_lines, batch, "
-								   "blocked, delivered, bytes_cut, expires_at, priority "
+								   "blocked, delivered, bytes_cut, expires_at, priority, ahead "
 								   "FROM outbox._read_page($1, $2, $3, $4)", 4, types);
 	}
 	args[0] = Int32GetDatum(endpoint_id);

@@ -255,15 +255,22 @@ def build_rows_issue11(r, row):
             rate_and_cpu(r, "ctl_on"), f"off {rate_and_cpu(r, 'ctl_off')}",
             fmt(ratio(on, off)), "≥ 0.95", ratio(on, off) >= 0.95)
 
-    # auth, format: a bearer token and CloudEvents against neither (issue 14)
-    for name, label, base in (("auth", "with a bearer token (auth)", "without"),
-                              ("ce", "in CloudEvents (structured)", "Standard Webhooks")):
+    # auth, format, mtls, oauth2: a bearer token, CloudEvents, a client
+    # certificate and OAuth2 client credentials against none (issue 14)
+    for case, name, label, base in (
+            ("auth", "auth", "with a bearer token (auth)", "without"),
+            ("format", "ce", "in CloudEvents (structured)", "Standard Webhooks"),
+            ("mtls", "mtls", "over HTTPS with a client certificate (mutual TLS)", "HTTPS without"),
+            ("oauth2", "oauth2", "with OAuth2 client credentials", "without auth")):
         if f"{name}_on.rate" in r:
             on, off = num(r, f"{name}_on.rate"), num(r, f"{name}_off.rate")
-            row(f"{'auth' if name == 'auth' else 'format'}: one endpoint {label}, "
+            got = rate_and_cpu(r, f"{name}_on")
+            if f"{name}_on.token_fetches" in r:
+                got += f"; {int(num(r, f'{name}_on.token_fetches'))} token fetches in all"
+            row(f"{case}: one endpoint {label}, "
                 f"{int(num(r, f'{name}_on.deliveries')):,} events, median of "
                 f"{len(r[f'{name}_on.rounds'].split(','))} rounds",
-                rate_and_cpu(r, f"{name}_on"), f"{base} {rate_and_cpu(r, f'{name}_off')}",
+                got, f"{base} {rate_and_cpu(r, f'{name}_off')}",
                 fmt(ratio(on, off)), "≥ 0.95", ratio(on, off) >= 0.95)
 
     # 13. HTTPS

@@ -30,7 +30,10 @@
 # Case "expiry" (issue 14: one endpoint with expiry and priority in use
 # against off) runs only when named: BENCH_CASES="expiry" (MANY_EVENTS and
 # CONTROL_ROUNDS size it).  So does case "rate" (issue 14: rate limits;
-# the LIMIT_* variables and MANY_EVENTS size it).
+# the LIMIT_* variables and MANY_EVENTS size it), and so do "auth",
+# "format", "mtls" (a client certificate over HTTPS) and "oauth2" (OAuth2
+# client credentials, the token from nginx), which MANY_EVENTS and
+# CONTROL_ROUNDS size.
 #
 # It installs the extension into the system's PostgreSQL, as the test suite
 # does, so it holds /tmp/outbox-test.lock (as scripts/test.sh does) while it

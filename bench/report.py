@@ -174,6 +174,16 @@ def build_rows(r):
     return rows
 
 
+def cpu_per_delivery(r, label):
+    """The relay's CPU per delivery in µs, each round of label's (label_1,
+    label_2, ...), the median: less at the mercy of a busy machine than the
+    rate."""
+    us = sorted(num(r, f"{label}_{i}.relay_cpu") * num(r, f"{label}_{i}.seconds")
+                / num(r, f"{label}_{i}.deliveries") * 1e6
+                for i in range(1, len(r[f"{label}.rounds"].split(",")) + 1))
+    return us[(len(us) - 1) // 2]
+
+
 def rate_and_cpu(r, label):
     """A delivery run's rate, flagged if it was cut short, with the relay's CPU
     and its peak private memory (RssAnon)."""
@@ -255,16 +265,28 @@ def build_rows_issue11(r, row):
             rate_and_cpu(r, "ctl_on"), f"off {rate_and_cpu(r, 'ctl_off')}",
             fmt(ratio(on, off)), "≥ 0.95", ratio(on, off) >= 0.95)
 
-    # auth, format: a bearer token and CloudEvents against neither (issue 14)
-    for name, label, base in (("auth", "with a bearer token (auth)", "without"),
-                              ("ce", "in CloudEvents (structured)", "Standard Webhooks")):
+    # auth, format, mtls, oauth2: a bearer token, CloudEvents, a client
+    # certificate and OAuth2 client credentials against none (issue 14)
+    for case, name, label, base in (
+            ("auth", "auth", "with a bearer token (auth)", "without"),
+            ("format", "ce", "in CloudEvents (structured)", "Standard Webhooks"),
+            ("mtls", "mtls", "over HTTPS with a client certificate (mutual TLS)", "HTTPS without"),
+            ("oauth2", "oauth2", "with OAuth2 client credentials", "without auth")):
         if f"{name}_on.rate" in r:
             on, off = num(r, f"{name}_on.rate"), num(r, f"{name}_off.rate")
-            row(f"{'auth' if name == 'auth' else 'format'}: one endpoint {label}, "
+            got = rate_and_cpu(r, f"{name}_on")
+            if f"{name}_on.token_fetches" in r:
+                got += f"; {int(num(r, f'{name}_on.token_fetches'))} token fetches in all"
+            row(f"{case}: one endpoint {label}, "
                 f"{int(num(r, f'{name}_on.deliveries')):,} events, median of "
                 f"{len(r[f'{name}_on.rounds'].split(','))} rounds",
-                rate_and_cpu(r, f"{name}_on"), f"{base} {rate_and_cpu(r, f'{name}_off')}",
+                got, f"{base} {rate_and_cpu(r, f'{name}_off')}",
                 fmt(ratio(on, off)), "≥ 0.95", ratio(on, off) >= 0.95)
+            if case in ("mtls", "oauth2"):
+                cpu_on, cpu_off = cpu_per_delivery(r, f"{name}_on"), cpu_per_delivery(r, f"{name}_off")
+                row(f"{case}: the same, the relay's CPU per delivery (median of the rounds)",
+                    f"{fmt(cpu_on)} µs", f"{base} {fmt(cpu_off)} µs", fmt(ratio(cpu_on, cpu_off)),
+                    "(for scale)", None)
 
     # 13. HTTPS
     if "tls_http.rate" in r:
@@ -288,14 +310,7 @@ def build_rows_issue11(r, row):
             f"{len(r['limit_on.rounds'].split(','))} rounds",
             rate_and_cpu(r, "limit_on"), f"no limit {rate_and_cpu(r, 'limit_off')}",
             fmt(ratio(on, off)), "≥ 0.95", ratio(on, off) >= 0.95)
-        # The relay's CPU per delivery, each round's, the median: less at the
-        # mercy of a busy machine than the rate.
-        cpu = {}
-        for kind in ("on", "off"):
-            us = sorted(num(r, f"limit_{kind}_{i}.relay_cpu") * num(r, f"limit_{kind}_{i}.seconds")
-                        / num(r, f"limit_{kind}_{i}.deliveries") * 1e6
-                        for i in range(1, len(r[f"limit_{kind}.rounds"].split(",")) + 1))
-            cpu[kind] = us[(len(us) - 1) // 2]
+        cpu = {kind: cpu_per_delivery(r, f"limit_{kind}") for kind in ("on", "off")}
         row("rate: the same, the relay's CPU per delivery (median of the rounds)",
             f"{fmt(cpu['on'])} µs", f"no limit {fmt(cpu['off'])} µs", fmt(ratio(cpu["on"], cpu["off"])),
             "(for scale)", None)

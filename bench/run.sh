@@ -20,8 +20,9 @@
 # bench/kafka.sh: KAFKA_EVENTS, KAFKA_ROUNDS), case 15 (NATS JetStream,
 # bench/nats.sh: NATS_EVENTS, NATS_ROUNDS) and case 16 (RabbitMQ,
 # bench/rabbitmq.sh: AMQP_EVENTS, AMQP_ROUNDS) run only when named, as do
-# the cases of the delivery controls (issue 14): "expiry", "rate", "auth"
-# and "format", each one endpoint with a control on against off.
+# the cases of the delivery controls (issue 14): "expiry", "rate", "auth",
+# "format", "mtls" and "oauth2", each one endpoint with a control on against
+# off.
 # BENCH_CASES="8 9" runs only the cases named ("perf" is the profile pass); such a run writes
 # bench/RESULTS.partial.md instead of RESULTS.md and draws no plots.  With
 # today's relay a whole run takes about 18 minutes on 2 cores, cases 8 to
@@ -29,7 +30,10 @@
 # Case "expiry" (issue 14: one endpoint with expiry and priority in use
 # against off) runs only when named: BENCH_CASES="expiry" (MANY_EVENTS and
 # CONTROL_ROUNDS size it).  So does case "rate" (issue 14: rate limits;
-# the LIMIT_* variables and MANY_EVENTS size it).
+# the LIMIT_* variables and MANY_EVENTS size it), and so do "auth",
+# "format", "mtls" (a client certificate over HTTPS) and "oauth2" (OAuth2
+# client credentials, the token from nginx), which MANY_EVENTS and
+# CONTROL_ROUNDS size.
 #
 # It installs the extension into the system's PostgreSQL, as the test suite
 # does, so it holds /tmp/outbox-test.lock (as scripts/test.sh does) while it
@@ -82,6 +86,10 @@ LIMIT_RATE=${LIMIT_RATE:-500}               # case rate: the limited endpoint's 
 LIMIT_SECONDS=${LIMIT_SECONDS:-20}          # case rate: its backlog, in seconds at that rate
 LIMIT_HIGH=${LIMIT_HIGH:-1000000}           # case rate: a limit far above what one endpoint gets
 LIMIT_ROUNDS=${LIMIT_ROUNDS:-3}             # case rate: rounds without and with LIMIT_HIGH
+# Case oauth2: the client nginx's /token knows, and the token it gives.
+OAUTH2_CLIENT_ID=outbox-bench
+OAUTH2_CLIENT_SECRET=bench-client-secret-0123456789
+OAUTH2_TOKEN=bench-oauth2-token-0123456789abcdef
 MANY_TIMEOUT=${MANY_TIMEOUT:-120}           # cases 8 to 13: longest wait for one delivery run
 BENCH_CASES=${BENCH_CASES:-1 2 3 4 5 6 7 perf 8 9 10 11 12 13}
 
@@ -223,8 +231,10 @@ restart_with_senders()
 }
 
 # make_certificates: a CA and a certificate for 127.0.0.1 signed by it, in
-# $WORK/tls, for nginx's HTTPS server; the relay trusts the CA through
-# outbox.ca_file.
+# $WORK/tls, for nginx's HTTPS servers; the relay trusts the CA through
+# outbox.ca_file.  And for case "mtls", a client CA, which nginx's mutual
+# TLS server trusts, and a client certificate signed by it, whose files the
+# server user (postgres) reads.
 make_certificates()
 {
 	local dir=$WORK/tls
@@ -237,6 +247,16 @@ make_certificates()
 	printf 'subjectAltName = IP:127.0.0.1\nbasicConstraints = CA:FALSE\nextendedKeyUsage = serverAuth\n' >"$dir/ext"
 	openssl x509 -req -in "$dir/server.csr" -CA "$dir/ca.crt" -CAkey "$dir/ca.key" -CAcreateserial \
 		-days 2 -extfile "$dir/ext" -out "$dir/server.crt" 2>/dev/null
+	openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=outbox bench client CA" \
+		-keyout "$dir/client-ca.key" -out "$dir/client-ca.crt" 2>/dev/null
+	openssl req -newkey rsa:2048 -nodes -subj "/CN=outbox bench relay" \
+		-keyout "$dir/client.key" -out "$dir/client.csr" 2>/dev/null
+	printf 'basicConstraints = CA:FALSE\nextendedKeyUsage = clientAuth\n' >"$dir/client-ext"
+	openssl x509 -req -in "$dir/client.csr" -CA "$dir/client-ca.crt" -CAkey "$dir/client-ca.key" \
+		-CAcreateserial -days 2 -extfile "$dir/client-ext" -out "$dir/client.crt" 2>/dev/null
+	chown postgres:postgres "$dir/client.crt" "$dir/client.key"
+	chmod 644 "$dir/client.crt"
+	chmod 600 "$dir/client.key"
 	chmod 755 "$dir"
 	chmod 644 "$dir/ca.crt"
 }
@@ -255,11 +275,14 @@ start_receivers()
 {
 	NGINX_PORT=$(free_port)
 	TLS_PORT=$(free_port)
+	MTLS_PORT=$(free_port)
 	HANG_PORT=$(free_port)
 	BIG_PORT=$(free_port)
 	SLOW_PORT=$(free_port)
 	mkdir -p "$WORK/nginx-body"
 	sed -e "s|@DIR@|$WORK|g" -e "s|@PORT@|$NGINX_PORT|g" -e "s|@TLSPORT@|$TLS_PORT|g" \
+		-e "s|@MTLSPORT@|$MTLS_PORT|g" -e "s|@TOKEN@|$OAUTH2_TOKEN|g" \
+		-e "s|@BASIC@|$(printf '%s:%s' "$OAUTH2_CLIENT_ID" "$OAUTH2_CLIENT_SECRET" | base64 -w 0)|g" \
 		"$BENCH/nginx.conf.in" >"$WORK/nginx.conf"
 	nginx -p "$WORK" -c "$WORK/nginx.conf" &
 	NGINX_PID=$!
@@ -271,7 +294,7 @@ start_receivers()
 	SLOW_PID=$!
 	wait_for_port "$NGINX_PORT"
 	wait_for_port "$SLOW_PORT"
-	log "receivers: nginx on $NGINX_PORT (HTTPS on $TLS_PORT)," \
+	log "receivers: nginx on $NGINX_PORT (HTTPS on $TLS_PORT, mutual TLS on $MTLS_PORT)," \
 		"never-answering on $HANG_PORT, 100 MB answers on $BIG_PORT, slow_receiver.js on $SLOW_PORT"
 }
 
@@ -1072,20 +1095,25 @@ case_kafka()
 	RESULTS=$RESULTS PY=$PY PATH=$PGBIN:$PATH bash "$BENCH/kafka.sh"
 }
 
-# on_off NAME ROUNDS ARGS: case 8's endpoint without and with
-# alter_endpoint(..., ARGS), ROUNDS rounds in turn, which goes first
+# on_off NAME ROUNDS ARGS [URL_OFF [URL_ON]]: case 8's endpoint without and
+# with alter_endpoint(..., ARGS), ROUNDS rounds in turn, which goes first
 # alternating from round to round; the medians count (NAME_on against
-# NAME_off).
+# NAME_off).  The endpoint posts to nginx's /one over HTTP unless URL_OFF
+# (without ARGS) and URL_ON (with them) say otherwise.
 on_off()
 {
-	local name=$1 rounds=$2 args=$3 round mode modes
+	local name=$1 rounds=$2 args=$3 round mode modes url
+	local url_off=${4:-http://127.0.0.1:$NGINX_PORT/one}
+	local url_on=${5:-$url_off}
 
 	for round in $(seq "$rounds"); do
 		modes="off on"
 		[ $((round % 2)) -eq 1 ] || modes="on off"
 		for mode in $modes; do
+			url=$url_off
+			[ "$mode" = on ] && url=$url_on
 			fresh_outbox
-			new_endpoint "${name}_$mode$round" "http://127.0.0.1:$NGINX_PORT/one"
+			new_endpoint "${name}_$mode$round" "$url"
 			if [ "$mode" = on ]; then
 				sql "SELECT outbox.alter_endpoint('${name}_on$round', $args)" >/dev/null
 			fi
@@ -1115,6 +1143,56 @@ case_format()
 	log "case format: one endpoint, $MANY_EVENTS events, Standard Webhooks and CloudEvents;" \
 		"$CONTROL_ROUNDS rounds in turn (the medians count)"
 	on_off ce "$CONTROL_ROUNDS" "format => 'cloudevents'"
+}
+
+# Case "mtls" (issue 14, item 5): case 8's endpoint over HTTPS (HTTP/1.1,
+# kept alive) on nginx's mutual TLS server, with a client certificate
+# (auth's client_cert and client_key), against the same over HTTPS on
+# case 13's server, which asks for none (on the mutual TLS server an
+# endpoint without a certificate gets only 400s); the same nginx, server
+# certificate and answer.  First curl shows that the mutual TLS server
+# refuses a request without the certificate and answers one with it.
+case_mtls()
+{
+	local without with dir=$WORK/tls
+
+	use_default_settings
+	without=$(curl -s -o /dev/null -w '%{http_code}' --cacert "$dir/ca.crt" \
+		"https://127.0.0.1:$MTLS_PORT/one" -d x || true)
+	with=$(curl -s -o /dev/null -w '%{http_code}' --cacert "$dir/ca.crt" \
+		--cert "$dir/client.crt" --key "$dir/client.key" "https://127.0.0.1:$MTLS_PORT/one" -d x || true)
+	log "case mtls: the mutual TLS server answers $without without the client certificate, $with with it"
+	[ "$without" != 200 ] && [ "$with" = 200 ] || die "nginx's mutual TLS server does not check client certificates"
+	log "  one endpoint over https, $MANY_EVENTS events, without and with a client certificate;" \
+		"$CONTROL_ROUNDS rounds in turn (the medians count)"
+	on_off mtls "$CONTROL_ROUNDS" \
+		"auth => '{\"client_cert\": \"$dir/client.crt\", \"client_key\": \"$dir/client.key\"}'" \
+		"https://127.0.0.1:$TLS_PORT/one" "https://127.0.0.1:$MTLS_PORT/one"
+}
+
+# Case "oauth2" (issue 14, item 5): case 8's endpoint without auth (on
+# nginx's /one) and with OAuth2 client credentials (on /oauth2, which
+# answers 401 to a request without nginx's token), the token URL nginx's
+# /token over HTTPS.  The relay fetches the token once an endpoint and
+# keeps it for the run (expires_in is an hour): token.log counts the
+# fetches, each round's in the results.
+case_oauth2()
+{
+	local fetches
+
+	use_default_settings
+	log "case oauth2: one endpoint, $MANY_EVENTS events, without auth and with OAuth2" \
+		"client credentials; $CONTROL_ROUNDS rounds in turn (the medians count)"
+	: >"$WORK/token.log"
+	on_off oauth2 "$CONTROL_ROUNDS" \
+		"auth => '{\"oauth2\": {\"token_url\": \"https://127.0.0.1:$TLS_PORT/token\",
+		           \"client_id\": \"$OAUTH2_CLIENT_ID\", \"client_secret\": \"$OAUTH2_CLIENT_SECRET\"}}'" \
+		"http://127.0.0.1:$NGINX_PORT/one" "http://127.0.0.1:$NGINX_PORT/oauth2"
+	fetches=$(grep -c ' 200$' "$WORK/token.log" || true)
+	result oauth2_on.token_fetches "$fetches"
+	result oauth2_on.token_requests "$(wc -l <"$WORK/token.log")"
+	log "  token requests: $(wc -l <"$WORK/token.log"), answered 200: $fetches" \
+		"(one an endpoint: $CONTROL_ROUNDS)"
 }
 
 # Case "rate" (issue 14, item 1): one endpoint limited to LIMIT_RATE
@@ -1212,6 +1290,8 @@ main()
 	run_case rate case_rate_limit
 	run_case auth case_auth
 	run_case format case_format
+	run_case mtls case_mtls
+	run_case oauth2 case_oauth2
 	run_case 15 case_nats
 	run_case 16 case_rabbitmq
 	run_case views case_views

@@ -713,7 +713,8 @@ REVOKE ALL ON FUNCTION outbox._attempted(integer, bigint, uuid) FROM PUBLIC;
 -- the span ended: such a page is not the end of its batch.  Unless the
 -- endpoint is ordered, the page also carries, after its own rows (ahead
 -- true), up to a quarter of it of the batch's highest-priority events
--- further on, so that priority reaches past the page across a backlog;
+-- further on (not on a probe's page, nor in the stream's own batch), so
+-- that priority reaches past the page across a backlog;
 -- when the page of such an event comes, the event is passed over, since
 -- the endpoint attempted it (_attempted: its retry, if it failed, goes on
 -- as any other).  The relay advances after_id to the last row that is not
@@ -741,6 +742,7 @@ DECLARE
     pats text[];
     match_all boolean;
     is_ordered boolean;
+    in_stream_batch boolean;
 BEGIN
     SELECT outbox._like_patterns(ep.event_types), '*' = ANY (ep.event_types), ep.ordered
       INTO pats, match_all, is_ordered
@@ -782,6 +784,9 @@ BEGIN
         END IF;
 
         top := (SELECT max(e.id) FROM outbox.events e);
+        in_stream_batch := EXISTS (SELECT 1 FROM outbox.stream s
+                                    WHERE s.snap::text = pos.snap::text
+                                      AND s.next_snap::text = pos.next_snap::text);
         RETURN QUERY
             WITH page AS (
                 SELECT e.id, e.event_id, e.event_type, e.deliver_at, e.key, e.created_at, e.payload,
@@ -799,7 +804,8 @@ BEGIN
                                    AND NOT pg_visible_in_snapshot(e1.txid, pos.snap)
                                    AND (match_all OR e1.event_type LIKE ANY (pats))
                                    -- one sent ahead by an earlier page is passed over
-                                   AND (is_ordered OR coalesce(e1.priority, 0) <= 0
+                                   -- (also after the endpoint became ordered)
+                                   AND (coalesce(e1.priority, 0) <= 0
                                         OR NOT outbox._attempted(eid, e1.id, e1.event_id))
                                  ORDER BY e1.id
                                  LIMIT lim) ev) e
@@ -807,19 +813,24 @@ BEGIN
             ), ahead AS (
                 -- Sent ahead: the highest-priority events of the batch past
                 -- the page, above the page's lowest priority, found among
-                -- the next 8 x lim events with a priority (events_ahead_idx),
-                -- not attempted here yet; a quarter of the page in events
-                -- and in bytes at most.  Never on an ordered endpoint.
+                -- the next 4 x lim events with a priority (events_ahead_idx:
+                -- of any type or batch), not attempted here yet; a quarter
+                -- of the page in events and in bytes at most.  Never on an
+                -- ordered endpoint, on a probe's page (lim below 4), or in
+                -- the stream's own batch (an endpoint that left the stream
+                -- mid-batch may follow it again at the same point, and the
+                -- stream would send what it sent ahead again).
                 SELECT h.*
                   FROM (SELECT c.*, sum(c.sz) OVER (ORDER BY c.priority DESC, c.id) AS upto
                           FROM (SELECT x.id, x.event_id, x.event_type, x.deliver_at, x.key, x.created_at,
                                        x.payload, x.headers, x.expires_at, x.priority,
                                        outbox._event_bytes(x.payload, x.headers) AS sz
                                   FROM (SELECT e2.* FROM outbox.events e2
-                                         WHERE NOT is_ordered AND e2.priority > 0
+                                         WHERE NOT is_ordered AND lim >= 4 AND NOT in_stream_batch
+                                           AND e2.priority > 0
                                            AND e2.id > (SELECT max(pg.id) FROM page pg)
                                          ORDER BY e2.id
-                                         LIMIT 8 * lim) x
+                                         LIMIT 4 * lim) x
                                  WHERE x.priority > (SELECT min(pg.priority) FROM page pg)
                                    AND pg_visible_in_snapshot(x.txid, pos.next_snap)
                                    AND NOT pg_visible_in_snapshot(x.txid, pos.snap)

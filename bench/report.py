@@ -324,6 +324,15 @@ def build_rows_issue11(r, row):
                 f"{int(num(r, 'views_beside.waiting')):,} deliveries waiting (median of 5)",
                 f"{fmt(beside)} ms", f"{int(num(r, 'views_alone.endpoints')):,} endpoints {fmt(alone)} ms",
                 fmt(ratio(beside, alone)), "(for scale)", None)
+    # ahead: priority across a backlog (issue 14)
+    if "ahead_0.us_per_event" in r:
+        base = num(r, "ahead_0.us_per_event")
+        for pct in ("0.01", "0.2", "0.9"):
+            us = num(r, f"ahead_{pct}.us_per_event")
+            row(f"ahead: reading a backlog with {float(pct):.0%} of its events prioritised "
+                f"({int(num(r, f'ahead_{pct}.sent_ahead')):,} sent ahead)",
+                f"{fmt(us)} µs an event", f"none prioritised {fmt(base)} µs", fmt(ratio(us, base)),
+                "(what the look ahead costs)", None)
 
 def table(rows):
     head = ("case", "measured", "baseline (same run)", "ratio", "target", "met")

@@ -953,6 +953,30 @@ case_views()
 	done
 }
 
+# Case ahead (issue 14, priority across a backlog): what reading an
+# endpoint's backlog costs per event when a share of its events carry a
+# priority (0, 1%, 20% and 90%), page by page as the relay reads, with the
+# relay stopped (bench/sql/ahead.sql).  Not in the default list:
+# BENCH_CASES=ahead runs it.
+case_ahead()
+{
+	local pct out
+	sql "ALTER SYSTEM SET outbox.database = 'bench_relay_stopped'" >/dev/null
+	sql "SELECT pg_reload_conf()" >/dev/null
+	for _ in $(seq 300); do
+		relay_running || break
+		sleep 0.1
+	done
+	for pct in 0 0.01 0.2 0.9; do
+		reset_outbox
+		out=$(psql_q -At -F ' ' -v pct="$pct" -f "$BENCH/sql/ahead.sql" | tail -n 1)
+		log "case ahead: $pct of the events with a priority: pages, ms a page, µs an event, sent ahead: $out"
+		result "ahead_$pct.us_per_event" "$(echo "$out" | cut -d' ' -f3)"
+		result "ahead_$pct.sent_ahead" "$(echo "$out" | cut -d' ' -f4)"
+	done
+	fresh_outbox
+}
+
 # receiver_status FIELD: a counter of slow_receiver.js.
 receiver_status()
 {
@@ -1295,6 +1319,7 @@ main()
 	run_case 15 case_nats
 	run_case 16 case_rabbitmq
 	run_case views case_views
+	run_case ahead case_ahead
 
 	result env.seconds "$(($(date +%s) - T0))"
 	result env.cases "${BENCH_CASES// /,}"

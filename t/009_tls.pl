@@ -14,32 +14,12 @@ use Time::HiRes qw(usleep);
 
 my $dir = PostgreSQL::Test::Utils::tempdir();
 
-sub openssl
-{
-	my @cmd = ('openssl', @_);
-	my ($out, $err);
-	IPC::Run::run(\@cmd, '>', \$out, '2>', \$err)
-	  or die "openssl @_ failed: $err";
-}
-
 # A CA, and two server certificates signed by it: one for 127.0.0.1 and
 # localhost, one for another name only.
-openssl('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '2',
-	'-subj', '/CN=outbox test CA', '-keyout', "$dir/ca.key", '-out', "$dir/ca.crt",
-	'-addext', 'basicConstraints=critical,CA:TRUE',
-	'-addext', 'keyUsage=critical,keyCertSign,cRLSign');
-for my $c ([ 'server', 'IP:127.0.0.1,DNS:localhost' ], [ 'other', 'DNS:other.example' ])
-{
-	my ($name, $san) = @$c;
-	openssl('req', '-newkey', 'rsa:2048', '-nodes', '-subj', "/CN=$name",
-		'-keyout', "$dir/$name.key", '-out', "$dir/$name.csr");
-	PostgreSQL::Test::Utils::append_to_file("$dir/$name.ext",
-		"subjectAltName = $san\nbasicConstraints = CA:FALSE\nextendedKeyUsage = serverAuth\n");
-	openssl('x509', '-req', '-in', "$dir/$name.csr", '-CA', "$dir/ca.crt", '-CAkey', "$dir/ca.key",
-		'-CAcreateserial', '-days', '2', '-extfile', "$dir/$name.ext", '-out', "$dir/$name.crt");
-}
+make_certificates($dir,
+	[ 'server', "subjectAltName = IP:127.0.0.1,DNS:localhost\nextendedKeyUsage = serverAuth" ],
+	[ 'other', "subjectAltName = DNS:other.example\nextendedKeyUsage = serverAuth" ]);
 ok(-s "$dir/server.crt" && -s "$dir/other.crt", 'certificates made');
-chmod 0644, "$dir/ca.crt";
 
 # An HTTPS receiver per server certificate.
 my ($url, $log, $rx) = start_tls_receiver("$dir/server.crt", "$dir/server.key");

@@ -21,36 +21,16 @@ use Time::HiRes qw(usleep);
 
 my $dir = PostgreSQL::Test::Utils::tempdir();
 
-sub openssl
-{
-	my @cmd = ('openssl', @_);
-	my ($out, $err);
-	IPC::Run::run(\@cmd, '>', \$out, '2>', \$err)
-	  or die "openssl @_ failed: $err";
-}
-
 # A CA; a server certificate for 127.0.0.1 and a client certificate, both
 # signed by it.
-openssl('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '2',
-	'-subj', '/CN=outbox test CA', '-keyout', "$dir/ca.key", '-out', "$dir/ca.crt",
-	'-addext', 'basicConstraints=critical,CA:TRUE',
-	'-addext', 'keyUsage=critical,keyCertSign,cRLSign');
-for my $c ([ 'server', "subjectAltName = IP:127.0.0.1\nextendedKeyUsage = serverAuth\n" ],
-	[ 'client', "extendedKeyUsage = clientAuth\n" ])
-{
-	my ($name, $ext) = @$c;
-	openssl('req', '-newkey', 'rsa:2048', '-nodes', '-subj', "/CN=outbox-$name",
-		'-keyout', "$dir/$name.key", '-out', "$dir/$name.csr");
-	PostgreSQL::Test::Utils::append_to_file("$dir/$name.ext", "basicConstraints = CA:FALSE\n$ext");
-	openssl('x509', '-req', '-in', "$dir/$name.csr", '-CA', "$dir/ca.crt", '-CAkey', "$dir/ca.key",
-		'-CAcreateserial', '-days', '2', '-extfile', "$dir/$name.ext", '-out', "$dir/$name.crt");
-}
+make_certificates($dir, [ 'server', "subjectAltName = IP:127.0.0.1\nextendedKeyUsage = serverAuth" ],
+	[ 'client', 'extendedKeyUsage = clientAuth' ]);
 # A client certificate of another CA, which the receiver does not trust
 # (self-signed).
 openssl('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '2',
 	'-subj', '/CN=outbox-stranger', '-keyout', "$dir/stranger.key", '-out', "$dir/stranger.crt");
-chmod 0644, "$dir/ca.crt", "$dir/client.crt", "$dir/stranger.crt";
-chmod 0600, "$dir/client.key", "$dir/stranger.key";
+chmod 0644, "$dir/stranger.crt";
+chmod 0600, "$dir/stranger.key";
 ok(-s "$dir/client.crt" && -s "$dir/server.crt" && -s "$dir/stranger.crt", 'certificates made');
 
 # The HTTPS receiver that asks for a client certificate from the CA.

@@ -369,24 +369,8 @@ diag(sprintf('nats credentials: %d s', time() - $t_creds));
 # all libnats says: recorded, and the event tried again.
 $t_creds = time();
 my $tls_port = PostgreSQL::Test::Cluster::get_free_port();
-sub openssl
-{
-	my ($out, $err) = ('', '');
-	IPC::Run::run([ 'openssl', @_ ], '>', \$out, '2>', \$err) or die "openssl @_ failed: $err";
-}
-openssl('req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-days', '2',
-	'-subj', '/CN=outbox test CA', '-keyout', "$dir/ca.key", '-out', "$dir/ca.crt",
-	'-addext', 'basicConstraints=critical,CA:TRUE', '-addext', 'keyUsage=critical,keyCertSign,cRLSign');
-for my $c ([ 'server', "subjectAltName = DNS:localhost\nextendedKeyUsage = serverAuth" ],
-	[ 'client', 'extendedKeyUsage = clientAuth' ])
-{
-	my ($name, $ext) = @$c;
-	openssl('req', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-subj', "/CN=$name",
-		'-keyout', "$dir/$name.key", '-out', "$dir/$name.csr");
-	PostgreSQL::Test::Utils::append_to_file("$dir/$name.ext", "$ext\nbasicConstraints = CA:FALSE\n");
-	openssl('x509', '-req', '-in', "$dir/$name.csr", '-CA', "$dir/ca.crt", '-CAkey', "$dir/ca.key",
-		'-CAcreateserial', '-days', '2', '-extfile', "$dir/$name.ext", '-out', "$dir/$name.crt");
-}
+make_certificates($dir, [ 'server', "subjectAltName = DNS:localhost\nextendedKeyUsage = serverAuth" ],
+	[ 'client', 'extendedKeyUsage = clientAuth' ]);
 PostgreSQL::Test::Utils::append_to_file("$dir/tls.conf", qq{listen: "127.0.0.1:$tls_port"
 jetstream { store_dir: "$dir/tls" }
 tls { cert_file: "$dir/server.crt", key_file: "$dir/server.key", ca_file: "$dir/ca.crt", verify: true }

@@ -59,24 +59,8 @@ PostgreSQL::Test::Utils::append_to_file("$base/enabled_plugins", "[].\n");
 my $tls = PostgreSQL::Test::Utils::tempdir;
 my $tls_port = PostgreSQL::Test::Cluster::get_free_port();
 my $t_certs = time();
-sub openssl
-{
-	my ($out, $err) = ('', '');
-	IPC::Run::run([ 'openssl', @_ ], '>', \$out, '2>', \$err) or die "openssl @_ failed: $err";
-}
-openssl('req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-days', '2',
-	'-subj', '/CN=outbox test CA', '-keyout', "$tls/ca.key", '-out', "$tls/ca.crt",
-	'-addext', 'basicConstraints=critical,CA:TRUE', '-addext', 'keyUsage=critical,keyCertSign,cRLSign');
-for my $c ([ 'server', "subjectAltName = IP:127.0.0.1\nextendedKeyUsage = serverAuth" ],
-	[ 'client', 'extendedKeyUsage = clientAuth' ])
-{
-	my ($name, $ext) = @$c;
-	openssl('req', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-subj', "/CN=$name",
-		'-keyout', "$tls/$name.key", '-out', "$tls/$name.csr");
-	PostgreSQL::Test::Utils::append_to_file("$tls/$name.ext", "$ext\nbasicConstraints = CA:FALSE\n");
-	openssl('x509', '-req', '-in', "$tls/$name.csr", '-CA', "$tls/ca.crt", '-CAkey', "$tls/ca.key",
-		'-CAcreateserial', '-days', '2', '-extfile', "$tls/$name.ext", '-out', "$tls/$name.crt");
-}
+make_certificates($tls, [ 'server', "subjectAltName = IP:127.0.0.1\nextendedKeyUsage = serverAuth" ],
+	[ 'client', 'extendedKeyUsage = clientAuth' ]);
 PostgreSQL::Test::Utils::append_to_file("$base/rabbitmq.conf", qq{listeners.ssl.1 = 127.0.0.1:$tls_port
 ssl_options.cacertfile = $tls/ca.crt
 ssl_options.certfile = $tls/server.crt

@@ -13,6 +13,7 @@ use strict;
 use warnings;
 use Exporter 'import';
 use File::Basename qw(dirname);
+use IPC::Run;
 use JSON::PP;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
@@ -21,7 +22,7 @@ use Time::HiRes qw(usleep);
 
 our @EXPORT = qw(outbox_node start_receiver received wait_received ids_at got_all);
 our @EXPORT_OK = qw(sql lit relay_pid wait_for_relay attempts reload_with log_wait outbox_version
-  start_cloudevents_receiver start_tls_receiver);
+  start_cloudevents_receiver start_tls_receiver openssl make_certificates);
 our %EXPORT_TAGS = (all => [ @EXPORT, @EXPORT_OK ]);
 
 # The node outbox_node() made last: what sql() and its kin use by default.
@@ -224,6 +225,41 @@ sub start_cloudevents_receiver
 	die 't/node/node_modules is missing: run scripts/deps.sh (npm ci in t/node)'
 	  unless -d dirname(__FILE__) . '/node/node_modules/cloudevents';
 	return _start_logging_receiver([ 'node', $script, '--secret', $secret ], '127.0.0.1');
+}
+
+# openssl with these arguments; dies with what it printed if it fails.
+sub openssl
+{
+	my ($out, $err) = ('', '');
+	IPC::Run::run([ 'openssl', @_ ], '>', \$out, '2>', \$err) or die "openssl @_ failed: $err";
+	return $out;
+}
+
+# Certificates for a test, made in $dir: a CA (ca.crt, ca.key) and, for
+# each [NAME, EXTENSIONS] given, NAME.crt and NAME.key signed by it, with
+# the common name outbox-NAME and the extension lines given (such as
+# "subjectAltName = IP:127.0.0.1\nextendedKeyUsage = serverAuth").  ECDSA
+# P-256 keys without a passphrase, valid two days; the certificates
+# readable by all, the keys by their owner alone.
+sub make_certificates
+{
+	my ($dir, @leaves) = @_;
+	my @ec = ('-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes');
+	openssl('req', '-x509', @ec, '-days', '2', '-subj', '/CN=outbox test CA',
+		'-keyout', "$dir/ca.key", '-out', "$dir/ca.crt",
+		'-addext', 'basicConstraints=critical,CA:TRUE', '-addext', 'keyUsage=critical,keyCertSign,cRLSign');
+	chmod 0644, "$dir/ca.crt";
+	for my $leaf (@leaves)
+	{
+		my ($name, $ext) = @$leaf;
+		openssl('req', @ec, '-subj', "/CN=outbox-$name", '-keyout', "$dir/$name.key", '-out', "$dir/$name.csr");
+		PostgreSQL::Test::Utils::append_to_file("$dir/$name.ext", "basicConstraints = CA:FALSE\n$ext\n");
+		openssl('x509', '-req', '-in', "$dir/$name.csr", '-CA', "$dir/ca.crt", '-CAkey', "$dir/ca.key",
+			'-CAcreateserial', '-days', '2', '-extfile', "$dir/$name.ext", '-out', "$dir/$name.crt");
+		chmod 0644, "$dir/$name.crt";
+		chmod 0600, "$dir/$name.key";
+	}
+	return;
 }
 
 # Everything the receiver logged, as a list of hashes.

@@ -58,16 +58,6 @@ static uint64 next_fetch = 1;
 /* Token generations, unique in the relay: a 401 names the token it refused. */
 static uint32 last_generation = 0;
 
-/* Free a string that may hold a secret, wiped first. */
-static void
-drop_string(char *s)
-{
-	if (s == NULL)
-		return;
-	explicit_bzero(s, strlen(s));
-	pfree(s);
-}
-
 /* A copy of s in cxt, and s dropped. */
 static char *
 copy_in(MemoryContext cxt, char *s)
@@ -77,7 +67,7 @@ copy_in(MemoryContext cxt, char *s)
 	if (s == NULL)
 		return NULL;
 	copy = MemoryContextStrdup(cxt, s);
-	drop_string(s);
+	auth_forget(s);
 	return copy;
 }
 
@@ -106,17 +96,17 @@ credentials_load(RelayEndpoint *ep, AuthConfig *cfg, MemoryContext parent)
 	if (cfg != NULL && ep->auth != NULL && auth_equal(&ep->auth->cfg, cfg))
 	{
 		/* the same: keep what we have (its token), drop the row's copy */
-		drop_string(cfg->bearer);
-		drop_string(cfg->client_cert);
-		drop_string(cfg->client_key);
-		drop_string(cfg->token_url);
-		drop_string(cfg->client_id);
-		drop_string(cfg->client_secret);
-		drop_string(cfg->scope);
-		drop_string(cfg->username);
-		drop_string(cfg->password);
-		drop_string(cfg->token);
-		drop_string(cfg->sasl_mechanism);
+		auth_forget(cfg->bearer);
+		auth_forget(cfg->client_cert);
+		auth_forget(cfg->client_key);
+		auth_forget(cfg->token_url);
+		auth_forget(cfg->client_id);
+		auth_forget(cfg->client_secret);
+		auth_forget(cfg->scope);
+		auth_forget(cfg->username);
+		auth_forget(cfg->password);
+		auth_forget(cfg->token);
+		auth_forget(cfg->sasl_mechanism);
 		return;
 	}
 	credentials_free(ep);
@@ -152,13 +142,13 @@ credentials_free(RelayEndpoint *ep)
 
 	if (a == NULL)
 		return;
-	drop_string(a->cfg.bearer);
-	drop_string(a->cfg.client_secret);
-	drop_string(a->cfg.password);
-	drop_string(a->cfg.token);
-	drop_string(a->token);
-	drop_string(a->old_token);
-	drop_string(a->header);
+	auth_forget(a->cfg.bearer);
+	auth_forget(a->cfg.client_secret);
+	auth_forget(a->cfg.password);
+	auth_forget(a->cfg.token);
+	auth_forget(a->token);
+	auth_forget(a->old_token);
+	auth_forget(a->header);
 	MemoryContextDelete(a->cxt);
 	ep->auth = NULL;
 }
@@ -223,7 +213,7 @@ start_fetch(RelayEndpoint *ep, TimestampTz now)
 		h = append_line(h, lines[i]);
 	basic = auth_basic_header(&a->cfg);
 	h = append_line(h, basic);
-	drop_string(basic);
+	auth_forget(basic);
 
 	f->req.url = f->url;
 	f->req.body = f->body;
@@ -278,9 +268,9 @@ take_token(EndpointAuth *a, const char *token, double expires_in, TimestampTz se
 	int64		lifetime = expires_in > 0 ? (int64) (expires_in * 1000.0) : DEFAULT_LIFETIME_MS;
 	int64		margin = Min(MAX_MARGIN_MS, lifetime / 10);
 
-	drop_string(a->old_token);
+	auth_forget(a->old_token);
 	a->old_token = a->token;
-	drop_string(a->header);
+	auth_forget(a->header);
 	a->token = MemoryContextStrdup(a->cxt, token);
 	a->header = bearer_line(a->cxt, token);
 	/* from when it was asked for: the server's clock started before ours */
@@ -365,7 +355,7 @@ credentials_fetch_done(HttpRequest *req)
 	else
 	{
 		take_token(a, token, expires_in, f->sent_at);
-		drop_string(token);
+		auth_forget(token);
 	}
 	if (a != NULL && a->fetch == f->number)
 		a->fetch = 0;

@@ -261,26 +261,44 @@ auth_read(Jsonb *auth, AuthConfig *out, MemoryContext cxt)
 	return problem;
 }
 
-static bool
-str_equal(const char *a, const char *b)
+/* Are two auth strings, either of them NULL, the same? */
+bool
+auth_same(const char *a, const char *b)
 {
 	return (a == NULL && b == NULL) || (a != NULL && b != NULL && strcmp(a, b) == 0);
+}
+
+/* A target's copy of an auth string, in TopMemoryContext; NULL for NULL. */
+char *
+auth_keep(const char *s)
+{
+	return s != NULL ? MemoryContextStrdup(TopMemoryContext, s) : NULL;
+}
+
+/* Free a target's copy of an auth string, wiped first (it may be a secret). */
+void
+auth_forget(char *s)
+{
+	if (s == NULL)
+		return;
+	explicit_bzero(s, strlen(s));
+	pfree(s);
 }
 
 bool
 auth_equal(const AuthConfig *a, const AuthConfig *b)
 {
-	return str_equal(a->bearer, b->bearer) &&
-		str_equal(a->client_cert, b->client_cert) &&
-		str_equal(a->client_key, b->client_key) &&
-		str_equal(a->token_url, b->token_url) &&
-		str_equal(a->client_id, b->client_id) &&
-		str_equal(a->client_secret, b->client_secret) &&
-		str_equal(a->scope, b->scope) &&
-		str_equal(a->username, b->username) &&
-		str_equal(a->password, b->password) &&
-		str_equal(a->token, b->token) &&
-		str_equal(a->sasl_mechanism, b->sasl_mechanism);
+	return auth_same(a->bearer, b->bearer) &&
+		auth_same(a->client_cert, b->client_cert) &&
+		auth_same(a->client_key, b->client_key) &&
+		auth_same(a->token_url, b->token_url) &&
+		auth_same(a->client_id, b->client_id) &&
+		auth_same(a->client_secret, b->client_secret) &&
+		auth_same(a->scope, b->scope) &&
+		auth_same(a->username, b->username) &&
+		auth_same(a->password, b->password) &&
+		auth_same(a->token, b->token) &&
+		auth_same(a->sasl_mechanism, b->sasl_mechanism);
 }
 
 /*

@@ -43,6 +43,9 @@ typedef struct AuthConfig
 
 extern const char *auth_read(Jsonb *auth, AuthConfig *out, MemoryContext cxt);
 extern bool auth_equal(const AuthConfig *a, const AuthConfig *b);
+extern bool auth_same(const char *a, const char *b);
+extern char *auth_keep(const char *s);
+extern void auth_forget(char *s);
 extern char *auth_token_request_body(const AuthConfig *a);
 extern char *auth_basic_header(const AuthConfig *a);
 extern bool auth_token_response(char *body, size_t len, char **token,

@@ -527,39 +527,17 @@ set_secret_conf(rd_kafka_conf_t *conf, const char *name, const char *value, char
 	return false;
 }
 
-/* Free a string that may hold a secret, wiped first. */
-static void
-forget_secret(char *s)
-{
-	if (s == NULL)
-		return;
-	explicit_bzero(s, strlen(s));
-	pfree(s);
-}
-
-static char *
-keep_secret(const char *s)
-{
-	return s != NULL ? MemoryContextStrdup(TopMemoryContext, s) : NULL;
-}
-
-static bool
-same_secret(const char *a, const char *b)
-{
-	return (a == NULL && b == NULL) || (a != NULL && b != NULL && strcmp(a, b) == 0);
-}
-
 /* Free what a producer holds besides librdkafka's handle, and it. */
 static void
 producer_release(Producer *p)
 {
 	pthread_mutex_destroy(&p->lock);
-	forget_secret(p->sasl_mechanism);
-	forget_secret(p->username);
-	forget_secret(p->password);
-	forget_secret(p->client_cert);
-	forget_secret(p->client_key);
-	forget_secret(p->ca_file);
+	auth_forget(p->sasl_mechanism);
+	auth_forget(p->username);
+	auth_forget(p->password);
+	auth_forget(p->client_cert);
+	auth_forget(p->client_key);
+	auth_forget(p->ca_file);
 	pfree(p->url);
 	pfree(p);
 }
@@ -623,16 +601,16 @@ producer_new(const RelayEndpoint *ep, char *why, size_t why_len)
 	p->allowed = outbox_allowed_networks;
 	if (ep->auth != NULL && ep->auth->cfg.sasl_mechanism != NULL)
 	{
-		p->sasl_mechanism = keep_secret(ep->auth->cfg.sasl_mechanism);
-		p->username = keep_secret(ep->auth->cfg.username);
-		p->password = keep_secret(ep->auth->cfg.password);
+		p->sasl_mechanism = auth_keep(ep->auth->cfg.sasl_mechanism);
+		p->username = auth_keep(ep->auth->cfg.username);
+		p->password = auth_keep(ep->auth->cfg.password);
 	}
 	if (ep->auth != NULL && ep->auth->cfg.client_cert != NULL)
 	{
-		p->client_cert = keep_secret(ep->auth->cfg.client_cert);
-		p->client_key = keep_secret(ep->auth->cfg.client_key);
+		p->client_cert = auth_keep(ep->auth->cfg.client_cert);
+		p->client_key = auth_keep(ep->auth->cfg.client_key);
 	}
-	p->ca_file = keep_secret(outbox_ca_file != NULL ? outbox_ca_file : "");
+	p->ca_file = auth_keep(outbox_ca_file != NULL ? outbox_ca_file : "");
 	pthread_mutex_init(&p->lock, NULL);
 
 	conf = rd_kafka_conf_new();
@@ -723,11 +701,11 @@ producer_of(const RelayEndpoint *ep, char *why, size_t why_len)
 		if (p->endpoint_id != ep->id || p->retired)
 			continue;
 		if (p->timeout_ms == ep->timeout_ms && strcmp(p->url, ep->url) == 0 &&
-			same_secret(p->sasl_mechanism, a != NULL ? a->sasl_mechanism : NULL) &&
-			same_secret(p->username, a != NULL ? a->username : NULL) &&
-			same_secret(p->password, a != NULL ? a->password : NULL) &&
-			same_secret(p->client_cert, a != NULL ? a->client_cert : NULL) &&
-			same_secret(p->client_key, a != NULL ? a->client_key : NULL))
+			auth_same(p->sasl_mechanism, a != NULL ? a->sasl_mechanism : NULL) &&
+			auth_same(p->username, a != NULL ? a->username : NULL) &&
+			auth_same(p->password, a != NULL ? a->password : NULL) &&
+			auth_same(p->client_cert, a != NULL ? a->client_cert : NULL) &&
+			auth_same(p->client_key, a != NULL ? a->client_key : NULL))
 			return p;
 		p->retired = true;
 	}

@@ -619,16 +619,6 @@ conn_connect(NatsConn *c)
 		pfree(urls[i]);
 }
 
-/* Free a string that may hold a secret, wiped first. */
-static void
-forget_secret(char *s)
-{
-	if (s == NULL)
-		return;
-	explicit_bzero(s, strlen(s));
-	pfree(s);
-}
-
 static void
 conn_free(NatsConn *c)
 {
@@ -644,9 +634,9 @@ conn_free(NatsConn *c)
 		jsCtx_Destroy(c->js);
 	if (c->nc != NULL)
 		natsConnection_Destroy(c->nc);
-	forget_secret(c->username);
-	forget_secret(c->password);
-	forget_secret(c->token);
+	auth_forget(c->username);
+	auth_forget(c->password);
+	auth_forget(c->token);
 	if (c->client_cert != NULL)
 		pfree(c->client_cert);
 	if (c->client_key != NULL)
@@ -656,31 +646,17 @@ conn_free(NatsConn *c)
 	pfree(c);
 }
 
-/* A copy of an auth string in TopMemoryContext, or NULL. */
-static char *
-keep_secret(const char *s)
-{
-	return s != NULL ? MemoryContextStrdup(TopMemoryContext, s) : NULL;
-}
-
-/* Are two auth strings, either of them NULL, the same? */
-static bool
-same_secret(const char *a, const char *b)
-{
-	return (a == NULL && b == NULL) || (a != NULL && b != NULL && strcmp(a, b) == 0);
-}
-
 /* Is c made with the credentials ep's auth gives now? */
 static bool
 conn_auth_is(const NatsConn *c, const RelayEndpoint *ep)
 {
 	const AuthConfig *a = ep->auth != NULL ? &ep->auth->cfg : NULL;
 
-	return same_secret(c->username, a != NULL ? a->username : NULL) &&
-		same_secret(c->password, a != NULL ? a->password : NULL) &&
-		same_secret(c->token, a != NULL ? a->token : NULL) &&
-		same_secret(c->client_cert, a != NULL ? a->client_cert : NULL) &&
-		same_secret(c->client_key, a != NULL ? a->client_key : NULL);
+	return auth_same(c->username, a != NULL ? a->username : NULL) &&
+		auth_same(c->password, a != NULL ? a->password : NULL) &&
+		auth_same(c->token, a != NULL ? a->token : NULL) &&
+		auth_same(c->client_cert, a != NULL ? a->client_cert : NULL) &&
+		auth_same(c->client_key, a != NULL ? a->client_key : NULL);
 }
 
 /*
@@ -716,11 +692,11 @@ conn_of(const RelayEndpoint *ep)
 	c->allowed = outbox_allowed_networks;
 	if (ep->auth != NULL)
 	{
-		c->username = keep_secret(ep->auth->cfg.username);
-		c->password = keep_secret(ep->auth->cfg.password);
-		c->token = keep_secret(ep->auth->cfg.token);
-		c->client_cert = keep_secret(ep->auth->cfg.client_cert);
-		c->client_key = keep_secret(ep->auth->cfg.client_key);
+		c->username = auth_keep(ep->auth->cfg.username);
+		c->password = auth_keep(ep->auth->cfg.password);
+		c->token = auth_keep(ep->auth->cfg.token);
+		c->client_cert = auth_keep(ep->auth->cfg.client_cert);
+		c->client_key = auth_keep(ep->auth->cfg.client_key);
 	}
 	c->ca_file = MemoryContextStrdup(TopMemoryContext, outbox_ca_file != NULL ? outbox_ca_file : "");
 	c->made_at = c->used_at = GetCurrentTimestamp();

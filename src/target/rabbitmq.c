@@ -1097,13 +1097,8 @@ publisher_forget_login(Publisher *p)
 	if (p->ca_file != NULL)
 		pfree(p->ca_file);
 	p->client_cert = p->client_key = p->ca_file = NULL;
-	if (p->password != NULL)
-	{
-		explicit_bzero(p->password, strlen(p->password));
-		pfree(p->password);
-	}
-	if (p->username != NULL)
-		pfree(p->username);
+	auth_forget(p->password);
+	auth_forget(p->username);
 	p->username = p->password = NULL;
 }
 
@@ -1160,8 +1155,8 @@ publisher_new(const RelayEndpoint *ep, char *why, size_t why_len)
 	p->allowed = outbox_allowed_networks;
 	if (ep->auth != NULL && ep->auth->cfg.username != NULL)
 	{
-		p->username = MemoryContextStrdup(TopMemoryContext, ep->auth->cfg.username);
-		p->password = MemoryContextStrdup(TopMemoryContext, ep->auth->cfg.password);
+		p->username = auth_keep(ep->auth->cfg.username);
+		p->password = auth_keep(ep->auth->cfg.password);
 	}
 	if (ep->auth != NULL && ep->auth->cfg.client_cert != NULL)
 	{

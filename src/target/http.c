@@ -33,6 +33,7 @@
 #include "kafka.h"
 #include "nats.h"
 #include "rabbitmq.h"
+#include "target.h"
 
 PG_FUNCTION_INFO_V1(outbox_check_url);
 
@@ -81,41 +82,42 @@ Datum
 outbox_check_url(PG_FUNCTION_ARGS)
 {
 	char	   *url = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	const char *problem = NULL;
+	bool		valid;
 
-	/* Brokers: the Kafka target reads its own URLs (kafka.c). */
-	if (pg_strncasecmp(url, "kafka://", 8) == 0 || pg_strncasecmp(url, "kafkas://", 9) == 0)
+	/* The broker targets read their own URLs (kafka.c, nats.c, rabbitmq.c). */
+	switch (target_of_url(url))
 	{
-		KafkaUrl	parsed;
-		const char *problem = NULL;
+		case TARGET_KAFKA:
+			{
+				KafkaUrl	parsed;
 
-		if (!kafka_parse_url(url, &parsed, &problem))
-			bad_url(url, "endpoint URL", problem);
-		PG_RETURN_TEXT_P(cstring_to_text(parsed.tls ? psprintf("kafkas://%s", url + 9) :
-										 psprintf("kafka://%s", url + 8)));
-	}
-	/* And the NATS JetStream target its own (nats.c). */
-	if (pg_strncasecmp(url, "nats://", 7) == 0 || pg_strncasecmp(url, "tls://", 6) == 0)
-	{
-		NatsUrl		parsed;
-		const char *problem = NULL;
+				valid = kafka_parse_url(url, &parsed, &problem);
+				break;
+			}
+		case TARGET_NATS:
+			{
+				NatsUrl		parsed;
 
-		if (!nats_parse_url(url, &parsed, &problem))
-			bad_url(url, "endpoint URL", problem);
-		PG_RETURN_TEXT_P(cstring_to_text(parsed.tls ? psprintf("tls://%s", url + 6) :
-										 psprintf("nats://%s", url + 7)));
-	}
-	/* And the RabbitMQ target its own (rabbitmq.c). */
-	if (pg_strncasecmp(url, "amqp://", 7) == 0 || pg_strncasecmp(url, "amqps://", 8) == 0)
-	{
-		RabbitUrl	parsed;
-		const char *problem = NULL;
+				valid = nats_parse_url(url, &parsed, &problem);
+				break;
+			}
+		case TARGET_RABBITMQ:
+			{
+				RabbitUrl	parsed;
 
-		if (!rabbitmq_parse_url(url, &parsed, &problem))
-			bad_url(url, "endpoint URL", problem);
-		PG_RETURN_TEXT_P(cstring_to_text(parsed.tls ? psprintf("amqps://%s", url + 8) :
-										 psprintf("amqp://%s", url + 7)));
+				valid = rabbitmq_parse_url(url, &parsed, &problem);
+				break;
+			}
+		default:
+			PG_RETURN_TEXT_P(cstring_to_text(http_check_url(url, "endpoint URL")));
 	}
-	PG_RETURN_TEXT_P(cstring_to_text(http_check_url(url, "endpoint URL")));
+	if (!valid)
+		bad_url(url, "endpoint URL", problem);
+	/* The scheme in lower case, the rest as written. */
+	for (char *c = url; *c != ':'; c++)
+		*c = pg_tolower((unsigned char) *c);
+	PG_RETURN_TEXT_P(cstring_to_text(url));
 }
 
 /*

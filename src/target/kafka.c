@@ -150,58 +150,6 @@ topic_char(char c)
 		(c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
 }
 
-/* One "host:port" (or "[v6]:port") of the server list, of len bytes. */
-static bool
-server_valid(const char *s, size_t len)
-{
-	size_t		host_len;
-	const char *port;
-	size_t		port_len;
-	long		n = 0;
-
-	if (len == 0)
-		return false;
-	if (s[0] == '[')
-	{
-		const char *close = memchr(s, ']', len);
-
-		if (close == NULL || close == s + 1)
-			return false;
-		for (const char *c = s + 1; c < close; c++)
-			if (!(isxdigit((unsigned char) *c) || *c == ':' || *c == '.'))
-				return false;
-		host_len = close - s + 1;
-	}
-	else
-	{
-		host_len = 0;
-		while (host_len < len && s[host_len] != ':')
-		{
-			char		c = s[host_len];
-
-			if (!(isalnum((unsigned char) c) || c == '.' || c == '-'))
-				return false;
-			host_len++;
-		}
-		if (host_len == 0)
-			return false;
-	}
-	if (host_len == len)
-		return true;			/* librdkafka's default port, 9092 */
-	if (s[host_len] != ':')
-		return false;
-	port = s + host_len + 1;
-	port_len = len - host_len - 1;
-	if (port_len == 0 || port_len > 5)
-		return false;
-	for (size_t i = 0; i < port_len; i++)
-	{
-		if (!isdigit((unsigned char) port[i]))
-			return false;
-		n = n * 10 + (port[i] - '0');
-	}
-	return n >= 1 && n <= 65535;
-}
 
 /*
  * Parse a kafka:// URL into out.  False, with the reason (a full sentence)
@@ -252,7 +200,11 @@ kafka_parse_url(const char *url, KafkaUrl *out, const char **problem)
 		const char *comma = memchr(s, ',', slash - s);
 		const char *end = comma != NULL ? comma : slash;
 
-		if (!server_valid(s, end - s))
+		char		host[OUTBOX_MAX_URL + 1];
+		int			port = 0;
+
+		/* (no port: librdkafka's default, 9092) */
+		if (!target_split_server(s, end - s, host, sizeof(host), &port))
 		{
 			*problem = "Each server is host:port (or [IPv6]:port), separated by commas.";
 			return false;

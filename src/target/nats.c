@@ -199,66 +199,6 @@ subject_char(char c)
 		(c >= '0' && c <= '9') || c == '_' || c == '-';
 }
 
-/*
- * One "host[:port]" (or "[v6][:port]") of len bytes: the host (without
- * brackets) into host, the port into *port.  False if it is not one.
- */
-static bool
-server_split(const char *s, size_t len, char *host, size_t host_size, int *port)
-{
-	const char *h = s;
-	size_t		host_len;
-	size_t		rest;
-	long		n = 0;
-
-	*port = NATS_DEFAULT_PORT;
-	if (len == 0)
-		return false;
-	if (s[0] == '[')
-	{
-		const char *close = memchr(s, ']', len);
-
-		if (close == NULL || close == s + 1)
-			return false;
-		for (const char *c = s + 1; c < close; c++)
-			if (!(isxdigit((unsigned char) *c) || *c == ':' || *c == '.'))
-				return false;
-		h = s + 1;
-		host_len = close - h;
-		rest = len - (close - s + 1);
-	}
-	else
-	{
-		host_len = 0;
-		while (host_len < len && s[host_len] != ':')
-		{
-			char		c = s[host_len];
-
-			if (!(isalnum((unsigned char) c) || c == '.' || c == '-'))
-				return false;
-			host_len++;
-		}
-		if (host_len == 0)
-			return false;
-		rest = len - host_len;
-	}
-	if (host_len >= host_size)
-		return false;
-	memcpy(host, h, host_len);
-	host[host_len] = '\0';
-	if (rest == 0)
-		return true;
-	if (s[len - rest] != ':' || rest < 2 || rest > 6)
-		return false;
-	for (size_t i = len - rest + 1; i < len; i++)
-	{
-		if (!isdigit((unsigned char) s[i]))
-			return false;
-		n = n * 10 + (s[i] - '0');
-	}
-	*port = (int) n;
-	return n >= 1 && n <= 65535;
-}
 
 /*
  * Parse a nats:// URL into out.  False, with the reason (a full sentence)
@@ -305,7 +245,8 @@ nats_parse_url(const char *url, NatsUrl *out, const char **problem)
 		const char *comma = memchr(s, ',', slash - s);
 		const char *end = comma != NULL ? comma : slash;
 
-		if (!server_split(s, end - s, host, sizeof(host), &port) ||
+		port = NATS_DEFAULT_PORT;
+		if (!target_split_server(s, end - s, host, sizeof(host), &port) ||
 			(comma != NULL && comma + 1 == slash))
 		{
 			*problem = "Each server is host:port (or [IPv6]:port), separated by commas.";
@@ -459,12 +400,12 @@ resolve_servers(const NatsUrl *u, const NetworkList *allowed, char **urls, int m
 		size_t		len = strcspn(s, ",");
 		char		host[256];
 		char		port_text[8];
-		int			port;
+		int			port = NATS_DEFAULT_PORT;
 		struct addrinfo hints;
 		struct addrinfo *res = NULL;
 		int			rc;
 
-		if (!server_split(s, len, host, sizeof(host), &port))
+		if (!target_split_server(s, len, host, sizeof(host), &port))
 			break;				/* (checked at create_endpoint) */
 		snprintf(port_text, sizeof(port_text), "%d", port);
 		memset(&hints, 0, sizeof(hints));

@@ -1102,22 +1102,28 @@ publisher_forget_login(Publisher *p)
 	p->username = p->password = NULL;
 }
 
-static bool
-same_string(const char *a, const char *b)
-{
-	return (a == NULL && b == NULL) || (a != NULL && b != NULL && strcmp(a, b) == 0);
-}
-
 /* Are the publisher's login and client certificate those of ep's auth now? */
 static bool
 publisher_login_is(const Publisher *p, const RelayEndpoint *ep)
 {
 	const AuthConfig *a = ep->auth != NULL ? &ep->auth->cfg : NULL;
 
-	return same_string(p->username, a != NULL ? a->username : NULL) &&
-		same_string(p->password, a != NULL ? a->password : NULL) &&
-		same_string(p->client_cert, a != NULL ? a->client_cert : NULL) &&
-		same_string(p->client_key, a != NULL ? a->client_key : NULL);
+	return auth_same(p->username, a != NULL ? a->username : NULL) &&
+		auth_same(p->password, a != NULL ? a->password : NULL) &&
+		auth_same(p->client_cert, a != NULL ? a->client_cert : NULL) &&
+		auth_same(p->client_key, a != NULL ? a->client_key : NULL);
+}
+
+/* Free what a publisher holds besides its thread (not running), and it. */
+static void
+publisher_release(Publisher *p)
+{
+	close(p->wake[0]);
+	close(p->wake[1]);
+	pthread_mutex_destroy(&p->lock);
+	publisher_forget_login(p);
+	pfree(p->url);
+	pfree(p);
 }
 
 /* A new publisher for ep, its thread running; NULL, with why, if not. */
@@ -1174,12 +1180,7 @@ publisher_new(const RelayEndpoint *ep, char *why, size_t why_len)
 	if (rc != 0)
 	{
 		snprintf(why, why_len, "could not start a publisher thread: %s", strerror(rc));
-		close(p->wake[0]);
-		close(p->wake[1]);
-		pthread_mutex_destroy(&p->lock);
-		publisher_forget_login(p);
-		pfree(p->url);
-		pfree(p);
+		publisher_release(p);
 		return NULL;
 	}
 	p->next = publishers;
@@ -1200,12 +1201,7 @@ publisher_free(Publisher *p)
 			break;
 		}
 	pthread_join(p->thread, NULL);
-	close(p->wake[0]);
-	close(p->wake[1]);
-	pthread_mutex_destroy(&p->lock);
-	publisher_forget_login(p);
-	pfree(p->url);
-	pfree(p);
+	publisher_release(p);
 }
 
 /*

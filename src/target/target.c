@@ -14,6 +14,7 @@
  */
 #include "postgres.h"
 
+#include <ctype.h>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -45,6 +46,70 @@ target_of_url(const char *url)
 	if (pg_strncasecmp(url, "amqp://", 7) == 0 || pg_strncasecmp(url, "amqps://", 8) == 0)
 		return TARGET_RABBITMQ;
 	return TARGET_WEBHOOK;
+}
+
+/*
+ * One server of a broker URL's list, "host[:port]" or "[v6][:port]", of len
+ * bytes: the host (without brackets) into host, the port into *port (left
+ * as it was when none is written).  False if it is not one, or the host
+ * does not fit in host_size.
+ */
+bool
+target_split_server(const char *s, size_t len, char *host, size_t host_size, int *port)
+{
+	const char *h = s;
+	size_t		host_len;
+	size_t		rest;
+	long		n = 0;
+
+	if (len == 0)
+		return false;
+	if (s[0] == '[')
+	{
+		const char *close = memchr(s, ']', len);
+
+		if (close == NULL || close == s + 1)
+			return false;
+		for (const char *c = s + 1; c < close; c++)
+			if (!(isxdigit((unsigned char) *c) || *c == ':' || *c == '.'))
+				return false;
+		h = s + 1;
+		host_len = close - h;
+		rest = len - (close - s + 1);
+	}
+	else
+	{
+		host_len = 0;
+		while (host_len < len && s[host_len] != ':')
+		{
+			char		c = s[host_len];
+
+			if (!(isalnum((unsigned char) c) || c == '.' || c == '-'))
+				return false;
+			host_len++;
+		}
+		if (host_len == 0)
+			return false;
+		rest = len - host_len;
+	}
+	if (host_len >= host_size)
+		return false;
+	memcpy(host, h, host_len);
+	host[host_len] = '\0';
+	if (rest == 0)
+		return true;
+	if (s[len - rest] != ':' || rest < 2 || rest > 6)
+		return false;
+	for (size_t i = len - rest + 1; i < len; i++)
+	{
+		if (!isdigit((unsigned char) s[i]))
+			return false;
+		n = n * 10 + (s[i] - '0');
+	}
+	if (n < 1 || n > 65535)
+		return false;
+	*port = (int) n;
+	return true;
 }
 
 /* Does a delivery in flight to a target of this kind hold a relay slot? */

@@ -87,6 +87,8 @@ typedef struct TargetOps
 
 extern TargetKind target_of_url(const char *url);
 extern bool target_takes_slot(TargetKind kind);
+extern bool target_split_server(const char *s, size_t len, char *host, size_t host_size,
+								int *port);
 
 extern void target_wake_pipe(int fds[2]);
 extern void target_reserve(struct Delivery ***list, int *room, int want);

@@ -143,14 +143,7 @@ SELECT b.deliveries_waiting = 0 AND NOT EXISTS (SELECT 1 FROM outbox.retries)
 		next unless $m->[1] =~ /"r": ?$round\b/ || $committed{$id};
 		push @{ $first_order{ $m->[0] } }, $id unless $copies{$id}++;
 	}
-	my $lost = grep { !$copies{$_} } keys %committed;
-	my $phantom = grep { !$committed{$_} } keys %copies;
-	my $dup = 0;
-	$dup += $copies{$_} - 1 for keys %copies;
-	my $out_of_order = grep {
-		my @n = map { $committed{$_} ? $committed{$_}[1] : -1 } @{ $first_order{$_} };
-		join(',', @n) ne join(',', sort { $a <=> $b } @n)
-	} keys %first_order;
+	my ($lost, $phantom, $dup, $out_of_order) = tally_copies(\%committed, \%copies, \%first_order);
 	is($lost, 0, "round $round ($kind): no committed event lost");
 	is($phantom, 0, "round $round ($kind): no phantom");
 	is($out_of_order, 0, "round $round ($kind): per key, first copies in emit order");

@@ -115,20 +115,7 @@ is(sql(q{SELECT url FROM outbox.endpoints WHERE name = 'n_typed'}),
 wait_for_relay() or die 'relay did not start';
 
 # 300 events in 30 transactions, 10 keys; one transaction rolled back.
-for my $t (0 .. 29)
-{
-	my $q = "BEGIN;\n";
-	for my $i (0 .. 9)
-	{
-		my $n = $t * 10 + $i;
-		my $type = $n % 3 ? 'order.created' : 'order.paid';
-		$q .= "SELECT outbox.emit('$type', '{\"n\": $n}', 'key-" . ($n % 10) . "');\n";
-	}
-	$q .= "COMMIT;\n";
-	sql($q);
-	sql(q{BEGIN; SELECT outbox.emit('order.created', '{"n": 9999}', 'key-0'); ROLLBACK;}) if $t == 7;
-}
-sql(q{SELECT outbox.emit('user.created', '{"n": 8888}')});
+emit_keyed_orders();
 ok($node->poll_query_until('postgres',
 		q{SELECT count(DISTINCT (endpoint, event_id)) = 600 FROM outbox.attempts WHERE status = 200}),
 	'the relay recorded 300 acknowledgements per endpoint');

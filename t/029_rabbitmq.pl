@@ -161,20 +161,7 @@ is(sql(q{SELECT url FROM outbox.endpoints WHERE name = 'r_typed'}),
 wait_for_relay() or die 'relay did not start';
 
 # 300 events in 30 transactions, 10 keys; one transaction rolled back.
-for my $t (0 .. 29)
-{
-	my $q = "BEGIN;\n";
-	for my $i (0 .. 9)
-	{
-		my $n = $t * 10 + $i;
-		my $type = $n % 3 ? 'order.created' : 'order.paid';
-		$q .= "SELECT outbox.emit('$type', '{\"n\": $n}', 'key-" . ($n % 10) . "');\n";
-	}
-	$q .= "COMMIT;\n";
-	sql($q);
-	sql(q{BEGIN; SELECT outbox.emit('order.created', '{"n": 9999}', 'key-0'); ROLLBACK;}) if $t == 7;
-}
-sql(q{SELECT outbox.emit('user.created', '{"n": 8888}')});
+emit_keyed_orders();
 ok($node->poll_query_until('postgres',
 		q{SELECT count(DISTINCT (endpoint, event_id)) = 600 FROM outbox.attempts WHERE status = 200}),
 	'the relay recorded 300 publisher confirms per endpoint');
@@ -449,14 +436,7 @@ SELECT b.deliveries_waiting = 0 AND NOT EXISTS (SELECT 1 FROM outbox.retries) FR
 		next if $seen_ids{$id};
 		push @{ $first_order{ $m->{headers}{key} } }, $id unless $copies{$id}++;
 	}
-	my $lost = grep { !$copies{$_} } keys %committed;
-	my $phantom = grep { !$committed{$_} } keys %copies;
-	my $dup = 0;
-	$dup += $copies{$_} - 1 for keys %copies;
-	my $out_of_order = grep {
-		my @n = map { $committed{$_} ? $committed{$_}[1] : -1 } @{ $first_order{$_} };
-		join(',', @n) ne join(',', sort { $a <=> $b } @n)
-	} keys %first_order;
+	my ($lost, $phantom, $dup, $out_of_order) = tally_copies(\%committed, \%copies, \%first_order);
 	is($lost, 0, "$kind: no committed event lost");
 	is($phantom, 0, "$kind: no phantom");
 	is($out_of_order, 0, "$kind: per key, first copies in emit order");

@@ -22,7 +22,8 @@ use Time::HiRes qw(usleep);
 
 our @EXPORT = qw(outbox_node start_receiver received wait_received ids_at got_all);
 our @EXPORT_OK = qw(sql lit relay_pid wait_for_relay attempts reload_with log_wait outbox_version
-  start_cloudevents_receiver start_tls_receiver openssl make_certificates);
+  start_cloudevents_receiver start_tls_receiver openssl make_certificates emit_keyed_orders
+  tally_copies);
 our %EXPORT_TAGS = (all => [ @EXPORT, @EXPORT_OK ]);
 
 # The node outbox_node() made last: what sql() and its kin use by default.
@@ -225,6 +226,48 @@ sub start_cloudevents_receiver
 	die 't/node/node_modules is missing: run scripts/deps.sh (npm ci in t/node)'
 	  unless -d dirname(__FILE__) . '/node/node_modules/cloudevents';
 	return _start_logging_receiver([ 'node', $script, '--secret', $secret ], '127.0.0.1');
+}
+
+# The broker tests' workload: 300 events, {"n": 0} to {"n": 299}, in 30
+# transactions of 10, of types order.created and (every third) order.paid,
+# keyed key-0 to key-9 by n modulo 10; after the eighth, a transaction
+# emitting {"n": 9999} rolled back; last, one user.created {"n": 8888}.
+sub emit_keyed_orders
+{
+	for my $t (0 .. 29)
+	{
+		my $q = "BEGIN;\n";
+		for my $i (0 .. 9)
+		{
+			my $n = $t * 10 + $i;
+			my $type = $n % 3 ? 'order.created' : 'order.paid';
+			$q .= "SELECT outbox.emit('$type', '{\"n\": $n}', 'key-" . ($n % 10) . "');\n";
+		}
+		$q .= "COMMIT;\n";
+		sql($q);
+		sql(q{BEGIN; SELECT outbox.emit('order.created', '{"n": 9999}', 'key-0'); ROLLBACK;}) if $t == 7;
+	}
+	sql(q{SELECT outbox.emit('user.created', '{"n": 8888}')});
+	return;
+}
+
+# What a broker held after crash rounds, against what committed: given
+# the committed events (id => [key, n]), the copies of each id that
+# arrived, and the ids in order of first arrival per key, the committed
+# events lost, the ids that never committed (phantom), the copies beyond
+# the first, and the keys whose first copies are not in emit order.
+sub tally_copies
+{
+	my ($committed, $copies, $first_order) = @_;
+	my $lost = grep { !$copies->{$_} } keys %$committed;
+	my $phantom = grep { !$committed->{$_} } keys %$copies;
+	my $dup = 0;
+	$dup += $copies->{$_} - 1 for keys %$copies;
+	my $out_of_order = grep {
+		my @n = map { $committed->{$_} ? $committed->{$_}[1] : -1 } @{ $first_order->{$_} };
+		join(',', @n) ne join(',', sort { $a <=> $b } @n)
+	} keys %$first_order;
+	return ($lost, $phantom, $dup, $out_of_order);
 }
 
 # openssl with these arguments; dies with what it printed if it fails.

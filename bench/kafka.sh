@@ -6,6 +6,9 @@
 # settings (idempotent, acks=all), in the same run; the ratio is outbox's
 # rate over kcat's (target >= 0.5).  The mock cluster is not a Kafka
 # server: the figures compare the two clients, not what a cluster takes.
+# Then the floor: what PostgreSQL alone takes to read and record the same
+# N events as the relay does (bench/sql/floor.sql), over kcat's rate: no
+# relay that records every attempt can do better than that ratio here.
 #
 # Run by bench/run.sh (BENCH_CASES=14) against its PostgreSQL, or alone
 # against any server with outbox preloaded and 127.0.0.1 allowed, through
@@ -93,3 +96,20 @@ result kafka.outbox_rate "$orate"
 result kafka.kcat_rate "$krate"
 result kafka.ratio "$(awk -v a="$orate" -v b="$krate" 'BEGIN { printf("%.2f", a / b) }')"
 result kafka.rounds "$(paste -sd, "$KWORK/outbox.runs")/$(paste -sd, "$KWORK/kcat.runs")"
+
+# The floor: PostgreSQL alone reading and recording the same N events as
+# the relay does (bench/sql/floor.sql, pages of a broker endpoint's size),
+# with no relay and no Kafka.  No relay that keeps a record of every
+# attempt can publish faster on this machine; its ratio to kcat bounds the
+# case's.
+psql -X -q -v ON_ERROR_STOP=1 -f "$BENCH/sql/reset.sql" >/dev/null
+sql "SELECT outbox.create_endpoint('floor', 'kafka://$BOOT/floor', '{bench.*}');
+     SELECT outbox.pause_endpoint('floor');" >/dev/null
+psql -X -q -v ON_ERROR_STOP=1 -v first=1 -v last="$KAFKA_EVENTS" -f "$BENCH/sql/backlog.sql" >/dev/null
+page=$((4 * $(sql "SELECT current_setting('outbox.batch_size')")))   # BROKER_PAGE_FACTOR
+floor=$(psql -X -q -v ON_ERROR_STOP=1 -v page="$page" -v endpoint=floor -f "$BENCH/sql/floor.sql" 2>&1 |
+	sed -n 's/.*NOTICE:  floor \([0-9]*\) .* \([0-9]*\)$/\1 \2/p')
+[ "${floor%% *}" = "$KAFKA_EVENTS" ] || log "  WARNING: the floor read ${floor%% *} of $KAFKA_EVENTS events"
+log "  PostgreSQL alone, reading and recording $KAFKA_EVENTS events in pages of $page: ${floor##* } events/s"
+result kafka.floor_rate "${floor##* }"
+result kafka.floor_ratio "$(awk -v a="${floor##* }" -v b="$krate" 'BEGIN { printf("%.2f", a / b) }')"

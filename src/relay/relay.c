@@ -651,7 +651,7 @@ route_page(StreamPage *p)
  * endpoint that follows adds its own page's worth (BROKER_PAGE_FACTOR x
  * outbox.batch_size, bounded like its cap by that factor of the slots): its
  * messages take no slot, and its rate is about a page per acknowledgement
- * (bench case 15: NATS from 48,000 events a second to 54,000).  No
+ * (bench case 14: Kafka from 44,000 events a second to 94,000).  No
  * endpoint gets more than its page_share() of a page (route_page), and
  * outbox.batch_bytes bounds its memory.
  */

@@ -185,8 +185,7 @@ typedef struct StreamPage
 	TimestampTz read_at;		/* when its read committed */
 	int			answered;		/* requests of its parts answered (or not) */
 	int			slow_answers;	/* of those, taking SLOW_ANSWER_MS or more */
-	int64		waited_us;		/* the relay's time asleep (target_wait)
-								 * while it was in flight */
+	int64		cpu_at_read;	/* the relay's CPU time then (relay_cpu_us) */
 	TimestampTz progress_at;	/* read, or a part finished, last */
 } StreamPage;
 

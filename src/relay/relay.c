@@ -27,6 +27,8 @@
  */
 #include "postgres.h"
 
+#include <sys/resource.h>
+
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "commands/dbcommands.h"
@@ -674,23 +676,41 @@ stream_page_size(void)
 				  Min(brokers, BROKER_PAGE_FACTOR * Max(pump_slots(), outbox_batch_size)));
 }
 
+/* CPU time of the relay's own thread (targets' threads aside), in µs. */
+static int64
+relay_cpu_us(void)
+{
+	struct rusage ru;
+
+#ifdef RUSAGE_THREAD
+	if (getrusage(RUSAGE_THREAD, &ru) != 0)
+#else
+	if (getrusage(RUSAGE_SELF, &ru) != 0)
+#endif
+		return 0;
+	return (int64) (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000 +
+		ru.ru_utime.tv_usec + ru.ru_stime.tv_usec;
+}
+
 /*
  * After a stream page: the next one's size, from how its requests took.
- * Larger only while the relay slept for a quarter of the page's time or
+ * Larger only while the relay was idle for a quarter of the page's time or
  * more: a relay at a full core is slow to take its answers in, so they
  * look slow, and a larger page would only make each take longer (bench
  * case 9 with 10,000 endpoints on nginx: pages grew to 2,048 in some runs,
- * 9,400 deliveries a second instead of 13,000).  Then the size stays.
+ * 9,400 deliveries a second instead of 12,000 to 13,000).  Then the size
+ * stays.
  */
 static void
 size_stream_pages(const StreamPage *p)
 {
 	int			size = within_page_bounds(stream_size);
 	int64		life = GetCurrentTimestamp() - p->read_at;
+	int64		idle = life - (relay_cpu_us() - p->cpu_at_read);
 
 	if (p->answered == 0)
 		return;
-	if (p->slow_answers * 2 > p->answered && p->n >= size && p->waited_us * 4 >= life)
+	if (p->slow_answers * 2 > p->answered && p->n >= size && idle * 4 >= life)
 		size = within_page_bounds(size * 2);
 	else if (p->slow_answers * 2 <= p->answered)
 		size = within_page_bounds(size / 2);
@@ -1050,6 +1070,7 @@ read_round(bool full)
 		stream_page = stream_unconfirmed;
 		stream_unconfirmed = NULL;
 		stream_page->read_at = GetCurrentTimestamp();
+		stream_page->cpu_at_read = relay_cpu_us();
 		stream_page->progress_at = stream_page->read_at;
 	}
 
@@ -1521,14 +1542,17 @@ want_more(void)
  * it has requests in flight and has had no answer, nor sent anything, for
  * a while (a large part answered steadily is none, nor one whose requests
  * wait for slots; one whose OAuth2 token is being fetched counts as in
- * flight): DETACH_AFTER_MS while no part of the page
- * finished, or, once at most a tenth of the page's parts are left, as long
+ * flight): DETACH_AFTER_MS while more than a quarter of the page's parts
+ * are left, or, once at most a quarter are, as long
  * as the others took to finish (at least LAGGARD_MIN_MS, at most
  * DETACH_AFTER_MS), counted from its own last answer, not from the others'
  * last finish: parts of healthy endpoints that trickle in late must not
  * put it off again and again (seen in bench case 12: the page waited 2.2 s
  * for 100 endpoints that never answer).  A receiver that never answers
- * then costs the others a fraction of a second, not its timeout.  Laggards stop following (their
+ * then costs the others a fraction of a second, not its timeout (with a
+ * tenth where a quarter is, bench case 12's first page, a tenth of its
+ * parts to endpoints that never answer, waited 1.5 s more: 3.6 s against
+ * 2.1 s without them, much of a 10 s run).  Laggards stop following (their
  * parts become their own pages) and are lagged: one request at a time
  * until an answer (pump_endpoint_cap).  But when most followers are laggards
  * and nothing at all was answered lately, the relay itself, or every
@@ -1549,7 +1573,7 @@ detach_laggards(void)
 
 	if (p == NULL || p->parts == 0 || followers <= 1)
 		return;
-	if ((p->routed - p->finished) * 10 <= p->routed)
+	if ((p->routed - p->finished) * 4 <= p->routed)
 		wait = Max(LAGGARD_MIN_MS,
 				   Min((p->progress_at - p->read_at) / 1000, DETACH_AFTER_MS));
 	else if (!TimestampDifferenceExceeds(p->progress_at, now, DETACH_AFTER_MS))
@@ -1783,7 +1807,5 @@ outbox_relay_main(Datum arg)
 		}
 		if (waiting_on_http)
 			count_since(RELAY_HTTP_US, step_start);
-		if (stream_page != NULL)
-			stream_page->waited_us += Max(GetCurrentTimestamp() - step_start, 0);
 	}
 }

@@ -5,8 +5,7 @@
 # dir, file storage, one replica), against bench/nats_publish.c, a plain
 # libnats publisher doing the same publishes (asynchronous, with an
 # acknowledgement handler, the same headers, as many unacknowledged at
-# once as outbox's cap for a broker endpoint: twice its page of
-# 4 x outbox.batch_size),
+# once as outbox has for one endpoint: a page, 4 x outbox.batch_size),
 # to a stream of its own on the same server, in the same run; the ratio is
 # outbox's rate over the plain publisher's (target >= 0.5).
 #
@@ -25,7 +24,7 @@ ROOT=$(dirname "$BENCH")
 PY=${PY:-/usr/bin/python3}
 NATS_EVENTS=${NATS_EVENTS:-100000}
 NATS_ROUNDS=${NATS_ROUNDS:-3}
-NATS_PENDING=${NATS_PENDING:-}              # the plain publisher's window; empty: outbox's cap
+NATS_PENDING=${NATS_PENDING:-}              # the plain publisher's window; empty: outbox's page
 RESULTS=${RESULTS:-$(mktemp /tmp/outbox-nats-results.XXXXXX)}
 NWORK=$(mktemp -d /tmp/outbox-nats.XXXXXX)
 chmod 755 "$NWORK"
@@ -50,8 +49,8 @@ SERVER_PID=$!
 stream() { node "$ROOT/t/node/nats_stream.js" "127.0.0.1:$PORT" add "$1" >/dev/null; }
 for _ in $(seq 100); do stream '{"name":"PROBE","subjects":["probe"]}' 2>/dev/null && break; sleep 0.1; done
 cc -O2 -o "$NWORK/nats_publish" "$BENCH/nats_publish.c" -lnats
-# (pump_endpoint_cap(): 2 x BROKER_PAGE_FACTOR x outbox.batch_size)
-[ -n "$NATS_PENDING" ] || NATS_PENDING=$((8 * $(sql "SELECT current_setting('outbox.batch_size')")))
+# (one page in flight per endpoint: BROKER_PAGE_FACTOR x outbox.batch_size)
+[ -n "$NATS_PENDING" ] || NATS_PENDING=$((4 * $(sql "SELECT current_setting('outbox.batch_size')")))
 
 
 log "case 15: $NATS_EVENTS events to nats-server 127.0.0.1:$PORT (JetStream, R1, file); $NATS_ROUNDS rounds of outbox and of the plain libnats publisher in turn"

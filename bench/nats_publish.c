@@ -4,8 +4,8 @@
  * asynchronous publishes (js_PublishMsgAsync) with an acknowledgement
  * handler, each message with the headers outbox sends (Nats-Msg-Id and
  * webhook-id unique, type, key, timestamp), at most MAX_PENDING
- * unacknowledged at once (bench/nats.sh passes outbox's default cap for a
- * broker endpoint, twice its page: 8 x outbox.batch_size, 4000).
+ * unacknowledged at once (bench/nats.sh passes what outbox has in flight
+ * for one endpoint at most: a page, 4 x outbox.batch_size, 2000).
  *
  *     nats_publish SERVER_URL SUBJECT N SIZE [MAX_PENDING]
  *

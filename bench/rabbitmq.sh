@@ -23,7 +23,7 @@ ROOT=$(dirname "$BENCH")
 PY=${PY:-/usr/bin/python3}
 AMQP_EVENTS=${AMQP_EVENTS:-50000}
 AMQP_ROUNDS=${AMQP_ROUNDS:-3}
-AMQP_WINDOW=${AMQP_WINDOW:-}                # the plain publisher's unconfirmed messages; empty: outbox's cap
+AMQP_WINDOW=${AMQP_WINDOW:-}                # the plain publisher's unconfirmed messages; empty: outbox's page
 RESULTS=${RESULTS:-$(mktemp /tmp/outbox-rabbitmq-results.XXXXXX)}
 AWORK=$(mktemp -d /tmp/outbox-rabbitmq.XXXXXX)
 chmod 755 "$AWORK"
@@ -67,8 +67,8 @@ AMQP_MAX_LENGTH=1000 node "$ROOT/t/node/amqp_client.js" "amqp://guest:guest@127.
 	setup bench:direct bench=bench:bench
 
 cc -O2 -o "$AWORK/amqp_publish" "$BENCH/amqp_publish.c" -lrabbitmq
-# (pump_endpoint_cap(): 2 x BROKER_PAGE_FACTOR x outbox.batch_size)
-[ -n "$AMQP_WINDOW" ] || AMQP_WINDOW=$((8 * $(sql "SELECT current_setting('outbox.batch_size')")))
+# (one page in flight per endpoint: BROKER_PAGE_FACTOR x outbox.batch_size)
+[ -n "$AMQP_WINDOW" ] || AMQP_WINDOW=$((4 * $(sql "SELECT current_setting('outbox.batch_size')")))
 # The plain publisher's input: N lines the size of the bodies outbox sends
 # (a standard-webhooks body of bench/sql/backlog.sql's payload, ~300 bytes).
 awk -v n="$AMQP_EVENTS" 'BEGIN {

@@ -28,7 +28,7 @@ BEGIN
                          ORDER BY r.id),
                max(r.id), min(r.batch), bool_or(r.bytes_cut), count(*)
           INTO oc, last, batch, cut, n
-          FROM outbox._read_stream(page, 4194304) r;
+          FROM outbox._read_stream(page, pg_size_bytes(current_setting('outbox.batch_bytes'))) r;
         EXIT WHEN n = 0;
         PERFORM outbox._record(oc, ARRAY[ROW(NULL, batch, last, n < page AND NOT cut)::outbox.page_done], '{}');
         COMMIT;

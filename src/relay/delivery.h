@@ -36,6 +36,8 @@ typedef struct RelayEndpoint
 	bool		seen;			/* present in the latest load */
 	bool		active;			/* not paused, not disabled */
 	bool		follows;		/* reads with the stream, not on its own */
+	int			share_counted;	/* while it follows: its page_share() in the
+								 * stream's broker_share if a broker, 0 */
 	bool		detach;			/* stops following: its own position takes
 								 * the stream's at the next record */
 	bool		detach_past;	/* and moves past the stream page in flight,
@@ -183,7 +185,8 @@ typedef struct StreamPage
 	int			refs;			/* batches whose deliveries point into it */
 	bool		in_stream;		/* the stream has not moved past it yet */
 	TimestampTz read_at;		/* when its read committed */
-	int			answered;		/* requests of its parts answered (or not) */
+	int			answered;		/* requests of its parts answered (or not),
+								 * those that took slots */
 	int			slow_answers;	/* of those, taking SLOW_ANSWER_MS or more */
 	int64		cpu_at_read;	/* the relay's CPU time then (relay_cpu_us) */
 	TimestampTz progress_at;	/* read, or a part finished, last */

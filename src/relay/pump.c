@@ -522,7 +522,8 @@ pump_collect(void)
 
 		ep = b->ep;
 		last_answer_at = b->answered_at = GetCurrentTimestamp();
-		if (b->stream != NULL)
+		/* (a broker's acknowledgements do not size pages: its share is fixed) */
+		if (b->stream != NULL && d->took_slot)
 		{
 			b->stream->answered++;
 			if (d->result.duration_ms >= SLOW_ANSWER_MS)

@@ -131,6 +131,19 @@ static List *detaching = NIL;
 static List *attached_now = NIL;
 static int	followers = 0;
 static int	broker_followers = 0;	/* of those, endpoints of a broker */
+static int64 broker_share = 0;	/* and their page_share()s */
+
+/*
+ * A stream page that route_page cut short (an endpoint's share was full):
+ * its length, which bounds the next pages' reads, so that what follows is
+ * not read only to be left for the next page (an HTTP endpoint beside a
+ * Kafka endpoint of the same event types: pages of 2,500 cut at 500), and
+ * the pages since that were not cut.  After STREAM_CUT_PAGES of those the
+ * full size is tried again.
+ */
+#define STREAM_CUT_PAGES	8
+static int	stream_cut = 0;
+static int	stream_uncut = 0;
 
 /* The endpoints as loaded: the changes they include, when; or stale. */
 static uint64 endpoints_version = 0;
@@ -344,50 +357,83 @@ first_attempt(Delivery *d, bool blocked, TimestampTz now)
 	d->attempt = d->deferred ? 0 : 1;
 }
 
+/* link_same_key's order: by key, then by place in the batch. */
+static int
+same_key_cmp(const void *a, const void *b)
+{
+	const Delivery *x = *(Delivery *const *) a;
+	const Delivery *y = *(Delivery *const *) b;
+	int			c = strcmp(x->key, y->key);
+
+	if (c != 0)
+		return c;
+	return x < y ? -1 : x > y ? 1 : 0;
+}
+
 /*
  * On an ordered endpoint, chain each delivery to the previous one of its
- * key in the batch, so that it is sent only after that one is done.
- * Quadratic in the batch size (outbox.batch_size, 500 by default), which
- * is small beside the HTTP work.
+ * key in the batch, so that it is sent only after that one is done.  By a
+ * sort of the keyed deliveries: a broker's page holds 4 x
+ * outbox.batch_size of them, and comparing each with those before it
+ * (before 1.5) was quadratic.
  */
 static void
 link_same_key(Batch *b)
 {
-	for (int i = 0; i < b->n; i++)
-	{
-		Delivery   *d = &b->d[i];
+	Delivery  **keyed;
+	int			n = 0;
 
-		d->prev_same_key = -1;
-		if (!b->ep->ordered || d->key == NULL)
-			continue;
-		for (int j = i - 1; j >= 0; j--)
-			if (b->d[j].key != NULL && strcmp(b->d[j].key, d->key) == 0)
-			{
-				d->prev_same_key = j;
-				break;
-			}
-	}
+	for (int i = 0; i < b->n; i++)
+		b->d[i].prev_same_key = -1;
+	if (!b->ep->ordered || b->n < 2)
+		return;
+	keyed = palloc(sizeof(Delivery *) * b->n);
+	for (int i = 0; i < b->n; i++)
+		if (b->d[i].key != NULL)
+			keyed[n++] = &b->d[i];
+	qsort(keyed, n, sizeof(Delivery *), same_key_cmp);
+	for (int i = 1; i < n; i++)
+		if (strcmp(keyed[i - 1]->key, keyed[i]->key) == 0)
+			keyed[i]->prev_same_key = (int) (keyed[i - 1] - b->d);
+	pfree(keyed);
 }
 
 /*
  * The events an endpoint gets at most in a page, its own or its part of the
- * stream's: outbox.batch_size, or BROKER_PAGE_FACTOR times that for a
- * target whose deliveries take no slot (a broker).
+ * stream's: outbox.batch_size, or for a target whose deliveries take no
+ * slot (a broker) BROKER_PAGE_FACTOR times that, but not more than half its
+ * max_in_flight (nor less than outbox.batch_size): a part is sent and
+ * acknowledged whole before the stream moves on.
  */
 static int
 page_share(const RelayEndpoint *ep)
 {
-	return target_takes_slot(ep->target) ? outbox_batch_size :
-		BROKER_PAGE_FACTOR * outbox_batch_size;
+	int			share = BROKER_PAGE_FACTOR * outbox_batch_size;
+
+	if (target_takes_slot(ep->target))
+		return outbox_batch_size;
+	if (ep->max_in_flight > 0)
+		share = Min(share, Max(ep->max_in_flight / 2, outbox_batch_size));
+	return share;
 }
 
-/* ep starts (sign 1) or stops (-1) following the stream: count it. */
+/*
+ * ep starts (sign 1) or stops (-1) following the stream: count it, and a
+ * broker's share, as counted when it started (its URL may change meanwhile).
+ */
 static void
-count_follower(const RelayEndpoint *ep, int sign)
+count_follower(RelayEndpoint *ep, int sign)
 {
+	if (sign > 0)
+		ep->share_counted = target_takes_slot(ep->target) ? 0 : page_share(ep);
 	followers += sign;
-	if (!target_takes_slot(ep->target))
+	if (ep->share_counted > 0)
+	{
 		broker_followers += sign;
+		broker_share += sign * ep->share_counted;
+	}
+	if (sign < 0)
+		ep->share_counted = 0;
 }
 
 /*
@@ -408,6 +454,7 @@ endpoints_loaded(void)
 	own_readers = NIL;
 	followers = 0;
 	broker_followers = 0;
+	broker_share = 0;
 	hash_seq_init(&seq, endpoints);
 	while ((ep = hash_seq_search(&seq)) != NULL)
 	{
@@ -506,6 +553,7 @@ route_page(StreamPage *p)
 	bool	   *check_ordered;
 	Delivery  **check_d;
 	bool		verify_some = false;
+	bool		cut = false;
 	TimestampTz now = GetCurrentTimestamp();
 
 	/*
@@ -514,7 +562,8 @@ route_page(StreamPage *p)
 	 * page_share() of them: no endpoint gets a larger page of the
 	 * stream than it would read on its own (an endpoint failing without
 	 * pause, say, gets that many before it only gets probes); the rest is
-	 * read again with the next page.
+	 * read again with the next page, and the pages after it are read no
+	 * longer than this one (stream_cut).
 	 */
 	for (int i = 0; i < p->n; i++)
 	{
@@ -528,6 +577,7 @@ route_page(StreamPage *p)
 			p->n = i;
 			p->last_id = p->ev[i - 1].id;
 			p->batch_done = false;
+			cut = true;
 			break;
 		}
 		for (int j = 0; j < n; j++)
@@ -552,6 +602,13 @@ route_page(StreamPage *p)
 				parts = lappend(parts, ep);
 		}
 	}
+	if (cut)
+	{
+		stream_cut = p->n;
+		stream_uncut = 0;
+	}
+	else if (stream_cut > 0 && ++stream_uncut >= STREAM_CUT_PAGES)
+		stream_cut = 0;
 	foreach(lc, parts)
 	{
 		RelayEndpoint *ep = (RelayEndpoint *) lfirst(lc);
@@ -650,12 +707,13 @@ route_page(StreamPage *p)
  * the relay more each (bench case 9: 1,000 endpoints on nginx got 16,900
  * deliveries a second from pages of 500, 9,100 from pages of 2,048).  That
  * is the share of the endpoints whose requests take slots.  Each broker
- * endpoint that follows adds its own page's worth (BROKER_PAGE_FACTOR x
- * outbox.batch_size, bounded like its cap by that factor of the slots): its
- * messages take no slot, and its rate is about a page per acknowledgement
- * (bench case 14: Kafka from 44,000 events a second to 94,000).  No
- * endpoint gets more than its page_share() of a page (route_page), and
- * outbox.batch_bytes bounds its memory.
+ * endpoint that follows adds its page_share() (BROKER_PAGE_FACTOR x
+ * outbox.batch_size at most; all of them together at most that factor of
+ * the slots): its messages take no slot, and its rate is about a page per
+ * acknowledgement (bench case 14: Kafka from 44,000 events a second to
+ * 94,000).  No endpoint gets more than its page_share() of a page
+ * (route_page), a page that was cut for that bounds the next ones
+ * (stream_cut), and outbox.batch_bytes bounds its memory.
  */
 static int	stream_size = 0;	/* as asked; within_page_bounds() at use */
 
@@ -669,14 +727,22 @@ within_page_bounds(int size)
 static int
 stream_page_size(void)
 {
-	int64		takers = (int64) outbox_batch_size * (followers - broker_followers);
-	int64		brokers = (int64) BROKER_PAGE_FACTOR * outbox_batch_size * broker_followers;
+	int64		takers = (int64) outbox_batch_size * Max(followers - broker_followers, 0);
+	int64		size = Min(takers, within_page_bounds(stream_size)) +
+		Min(broker_share, (int64) BROKER_PAGE_FACTOR * Max(pump_slots(), outbox_batch_size));
 
-	return (int) (Min(takers, within_page_bounds(stream_size)) +
-				  Min(brokers, BROKER_PAGE_FACTOR * Max(pump_slots(), outbox_batch_size)));
+	if (stream_cut > 0)
+		size = Min(size, stream_cut);
+	return (int) Max(size, 1);
 }
 
-/* CPU time of the relay's own thread (targets' threads aside), in µs. */
+/*
+ * CPU time of the relay's own thread, in µs: not the threads of its
+ * targets (libnats, librdkafka, librabbitmq), nor its senders' (with
+ * outbox.senders they take some answers in, and the test below sees only
+ * the relay).  Where RUSAGE_THREAD is missing, the whole process's, which
+ * only makes pages grow less.
+ */
 static int64
 relay_cpu_us(void)
 {
@@ -693,8 +759,10 @@ relay_cpu_us(void)
 }
 
 /*
- * After a stream page: the next one's size, from how its requests took.
- * Larger only while the relay was idle for a quarter of the page's time or
+ * After a stream page: the share of it of the endpoints whose requests take
+ * slots, from how those requests took (a broker's share is fixed:
+ * page_share).  Larger after a page that did not end its batch (more is
+ * waiting), and only while the relay was idle for a quarter of its time or
  * more: a relay at a full core is slow to take its answers in, so they
  * look slow, and a larger page would only make each take longer (bench
  * case 9 with 10,000 endpoints on nginx: pages grew to 2,048 in some runs,
@@ -710,7 +778,7 @@ size_stream_pages(const StreamPage *p)
 
 	if (p->answered == 0)
 		return;
-	if (p->slow_answers * 2 > p->answered && p->n >= size && idle * 4 >= life)
+	if (p->slow_answers * 2 > p->answered && !p->batch_done && idle * 4 >= life)
 		size = within_page_bounds(size * 2);
 	else if (p->slow_answers * 2 <= p->answered)
 		size = within_page_bounds(size / 2);
@@ -1542,17 +1610,21 @@ want_more(void)
  * it has requests in flight and has had no answer, nor sent anything, for
  * a while (a large part answered steadily is none, nor one whose requests
  * wait for slots; one whose OAuth2 token is being fetched counts as in
- * flight): DETACH_AFTER_MS while more than a quarter of the page's parts
- * are left, or, once at most a quarter are, as long
+ * flight): DETACH_AFTER_MS while more than a tenth of the page's parts
+ * are left, or, once at most a tenth are, as long
  * as the others took to finish (at least LAGGARD_MIN_MS, at most
  * DETACH_AFTER_MS), counted from its own last answer, not from the others'
  * last finish: parts of healthy endpoints that trickle in late must not
  * put it off again and again (seen in bench case 12: the page waited 2.2 s
  * for 100 endpoints that never answer).  A receiver that never answers
- * then costs the others a fraction of a second, not its timeout (with a
- * tenth where a quarter is, bench case 12's first page, a tenth of its
- * parts to endpoints that never answer, waited 1.5 s more: 3.6 s against
- * 2.1 s without them, much of a 10 s run).  Laggards stop following (their
+ * then costs the others a fraction of a second, not its timeout.  Each
+ * part's wait counts from its own last answer, also while more than a
+ * tenth are left: before 1.5 it started only once no part of the page had
+ * finished for DETACH_AFTER_MS, and bench case 12's first page (a tenth
+ * of its parts to endpoints that never answer, the others slowed by the
+ * connections it opens) waited 3.6 s against 2.1 s without them.  (A
+ * quarter instead of a tenth detached healthy endpoints answering in
+ * 200 to 400 ms at the end of each page in bench case 11.)  Laggards stop following (their
  * parts become their own pages) and are lagged: one request at a time
  * until an answer (pump_endpoint_cap).  But when most followers are laggards
  * and nothing at all was answered lately, the relay itself, or every
@@ -1573,11 +1645,9 @@ detach_laggards(void)
 
 	if (p == NULL || p->parts == 0 || followers <= 1)
 		return;
-	if ((p->routed - p->finished) * 4 <= p->routed)
+	if ((p->routed - p->finished) * 10 <= p->routed)
 		wait = Max(LAGGARD_MIN_MS,
 				   Min((p->progress_at - p->read_at) / 1000, DETACH_AFTER_MS));
-	else if (!TimestampDifferenceExceeds(p->progress_at, now, DETACH_AFTER_MS))
-		return;
 	dlist_foreach(iter, &active)
 	{
 		Batch	   *b = dlist_container(Batch, node, iter.cur);

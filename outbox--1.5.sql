@@ -2154,11 +2154,22 @@ BEGIN
     END IF;
 
     -- By primary key, one probe per event.  An expired event is settled
-    -- too: not sent, and not owed any more.
+    -- too: not sent, and not owed any more.  The probes are a lateral
+    -- subquery (its LIMIT keeps it one) and the rows are deleted by their
+    -- ctid: a join of retries with unnest(outcomes) left the planner free
+    -- to walk every retry row for each outcome, and the relay keeps the
+    -- plan made while retries was empty (bench case 6: records of a healthy
+    -- endpoint took 52 ms instead of 2 beside 500 retries of a failing
+    -- one).
     DELETE FROM outbox.retries r
-     USING unnest(outcomes) o
-     WHERE r.endpoint_id = o.endpoint_id AND r.id = o.id
-       AND o.outcome IN ('delivered', 'dead', 'already', 'expired') AND o.endpoint_id <> ALL (skip);
+     WHERE r.ctid = ANY (ARRAY(
+               SELECT q.ctid
+                 FROM unnest(outcomes) o
+                 CROSS JOIN LATERAL (SELECT r2.ctid FROM outbox.retries r2
+                                      WHERE r2.endpoint_id = o.endpoint_id AND r2.id = o.id
+                                      LIMIT 1) q
+                WHERE o.outcome IN ('delivered', 'dead', 'already', 'expired')
+                  AND o.endpoint_id <> ALL (skip)));
 
     -- Own pages move their endpoint's position, the stream's page the
     -- stream; each only if it is still in the page's batch (a rebase or a

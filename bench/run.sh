@@ -412,18 +412,29 @@ relay_running() { [ -n "$(sql "SELECT pid FROM pg_stat_activity WHERE backend_ty
 # endpoint is dropped (with case 11, 40,000 requests to dropped endpoints
 # while the next case's endpoints got none), and with 10,000 endpoints one
 # of its reading rounds keeps a transaction open for minutes, which
-# drop_endpoint() waits for.  The launcher stops the relay of a database
-# that outbox.database no longer names, and starts it again once it does.
+# drop_endpoint() waits for.
 fresh_outbox()
+{
+	stop_relay
+	reset_outbox
+	start_relay
+}
+
+# stop_relay, start_relay: the launcher stops the relay of a database that
+# outbox.database no longer names, and starts it again once it does.
+stop_relay()
 {
 	sql "ALTER SYSTEM SET outbox.database = 'bench_relay_stopped'" >/dev/null
 	sql "SELECT pg_reload_conf()" >/dev/null
 	for _ in $(seq 300); do
-		relay_running || break
+		relay_running || return 0
 		sleep 0.1
 	done
-	relay_running && die "the relay did not stop"
-	reset_outbox
+	die "the relay did not stop"
+}
+
+start_relay()
+{
 	sql "ALTER SYSTEM RESET outbox.database" >/dev/null
 	sql "SELECT pg_reload_conf()" >/dev/null
 	for _ in $(seq 300); do
@@ -961,12 +972,7 @@ case_views()
 case_ahead()
 {
 	local pct out
-	sql "ALTER SYSTEM SET outbox.database = 'bench_relay_stopped'" >/dev/null
-	sql "SELECT pg_reload_conf()" >/dev/null
-	for _ in $(seq 300); do
-		relay_running || break
-		sleep 0.1
-	done
+	stop_relay
 	for pct in 0 0.01 0.2 0.9; do
 		reset_outbox
 		out=$(psql_q -At -F ' ' -v pct="$pct" -f "$BENCH/sql/ahead.sql" | tail -n 1)
@@ -974,7 +980,8 @@ case_ahead()
 		result "ahead_$pct.us_per_event" "$(echo "$out" | cut -d' ' -f3)"
 		result "ahead_$pct.sent_ahead" "$(echo "$out" | cut -d' ' -f4)"
 	done
-	fresh_outbox
+	reset_outbox
+	start_relay
 }
 
 # receiver_status FIELD: a counter of slow_receiver.js.

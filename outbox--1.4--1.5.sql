@@ -619,7 +619,8 @@ DROP FUNCTION outbox._read_due(integer, integer, boolean, bigint);
 -- (as JSON text), of which the relay makes the body of each endpoint's
 -- format (src/target/format.c), and its expires_at and priority (0 for
 -- NULL), which the relay applies per endpoint.
-CREATE FUNCTION outbox._read_stream(lim integer, max_bytes bigint)
+CREATE FUNCTION outbox._read_stream(lim integer, max_bytes bigint,
+                                    ahead_of text DEFAULT NULL, ahead_after bigint DEFAULT NULL)
 RETURNS TABLE (id bigint, event_id uuid, event_type text, deliver_at timestamptz, key text,
                emitted_at timestamptz, data text, header_lines text[], batch text, bytes_cut boolean,
                expires_at timestamptz, priority smallint)
@@ -635,6 +636,15 @@ DECLARE
 BEGIN
     IF st.snap IS NULL THEN
         RETURN;
+    END IF;
+    -- Reading ahead (the relay, while the page that ends at ahead_after
+    -- is out): the page after it, if its batch ahead_of is still the
+    -- open one, and nothing is written.
+    IF ahead_of IS NOT NULL THEN
+        IF st.next_snap IS NULL OR st.next_snap::text <> ahead_of THEN
+            RETURN;
+        END IF;
+        st.after_id := ahead_after;
     END IF;
     -- At most twice: an open batch found empty is closed, then a new one
     -- is opened from the current snapshot.
@@ -671,7 +681,7 @@ BEGIN
                              LIMIT lim) ev) e
              WHERE e.upto - e.sz < max_bytes
              ORDER BY e.id;
-        IF FOUND THEN
+        IF FOUND OR ahead_of IS NOT NULL THEN
             RETURN;
         END IF;
         UPDATE outbox.stream s
@@ -680,8 +690,8 @@ BEGIN
     END LOOP;
 END
 $$;
-COMMENT ON FUNCTION outbox._read_stream(integer, bigint) IS
-    'internal: the next page of the relay''s shared stream, every event type, bounded in events and in bytes';
+COMMENT ON FUNCTION outbox._read_stream(integer, bigint, text, bigint) IS
+    'internal: the next page of the relay''s shared stream, every event type, bounded in events and in bytes; or the page after the one in flight, read ahead';
 
 -- Whether an endpoint has attempted an event (an attempt is logged: sent,
 -- or found expired) or holds it in retries (failed, or deferred): an
@@ -1189,7 +1199,7 @@ COMMENT ON FUNCTION outbox._set_aside(smallint) IS
 
 REVOKE ALL ON FUNCTION outbox.emit(text, jsonb, text, jsonb, timestamptz, text, timestamptz, integer),
     outbox._check_max_age(interval), outbox._check_auth(jsonb), outbox._check_auth_headers(jsonb, jsonb),
-    outbox._check_auth_target(jsonb, text), outbox._read_stream(integer, bigint),
+    outbox._check_auth_target(jsonb, text), outbox._read_stream(integer, bigint, text, bigint),
     outbox._read_page(integer, integer, boolean, bigint),
     outbox._read_due(integer, integer, boolean, bigint) FROM PUBLIC;
 

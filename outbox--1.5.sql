@@ -1633,7 +1633,8 @@ $$;
 -- (as JSON text), of which the relay makes the body of each endpoint's
 -- format (src/target/format.c), and its expires_at and priority (0 for
 -- NULL), which the relay applies per endpoint.
-CREATE FUNCTION outbox._read_stream(lim integer, max_bytes bigint)
+CREATE FUNCTION outbox._read_stream(lim integer, max_bytes bigint,
+                                    ahead_of text DEFAULT NULL, ahead_after bigint DEFAULT NULL)
 RETURNS TABLE (id bigint, event_id uuid, event_type text, deliver_at timestamptz, key text,
                emitted_at timestamptz, data text, header_lines text[], batch text, bytes_cut boolean,
                expires_at timestamptz, priority smallint)
@@ -1649,6 +1650,15 @@ DECLARE
 BEGIN
     IF st.snap IS NULL THEN
         RETURN;
+    END IF;
+    -- Reading ahead (the relay, while the page that ends at ahead_after
+    -- is out): the page after it, if its batch ahead_of is still the
+    -- open one, and nothing is written.
+    IF ahead_of IS NOT NULL THEN
+        IF st.next_snap IS NULL OR st.next_snap::text <> ahead_of THEN
+            RETURN;
+        END IF;
+        st.after_id := ahead_after;
     END IF;
     -- At most twice: an open batch found empty is closed, then a new one
     -- is opened from the current snapshot.
@@ -1685,7 +1695,7 @@ BEGIN
                              LIMIT lim) ev) e
              WHERE e.upto - e.sz < max_bytes
              ORDER BY e.id;
-        IF FOUND THEN
+        IF FOUND OR ahead_of IS NOT NULL THEN
             RETURN;
         END IF;
         UPDATE outbox.stream s
@@ -1694,8 +1704,8 @@ BEGIN
     END LOOP;
 END
 $$;
-COMMENT ON FUNCTION outbox._read_stream(integer, bigint) IS
-    'internal: the next page of the relay''s shared stream, every event type, bounded in events and in bytes';
+COMMENT ON FUNCTION outbox._read_stream(integer, bigint, text, bigint) IS
+    'internal: the next page of the relay''s shared stream, every event type, bounded in events and in bytes; or the page after the one in flight, read ahead';
 
 -- For the events of a stream page routed to endpoints (one pair per
 -- delivery, in order): whether the endpoint answered it with a 2xx already

@@ -190,6 +190,8 @@ typedef struct StreamPage
 	int			slow_answers;	/* of those, taking SLOW_ANSWER_MS or more */
 	int64		cpu_at_read;	/* the relay's CPU time then (relay_cpu_us) */
 	TimestampTz progress_at;	/* read, or a part finished, last */
+	bool		ahead_tried;	/* the page after it was read ahead (or
+								 * tried: read_ahead) */
 } StreamPage;
 
 /*

@@ -559,6 +559,13 @@ pump_in_flight(void)
 	return in_flight;
 }
 
+/* Does any endpoint have deliveries that wait to be submitted now? */
+bool
+pump_any_ready(void)
+{
+	return !dlist_is_empty(&ready);
+}
+
 /* When a request last finished, of any endpoint (0: none yet). */
 TimestampTz
 pump_last_answer_at(void)

@@ -113,6 +113,13 @@ static dlist_head unconfirmed = DLIST_STATIC_INIT(unconfirmed);
  */
 static StreamPage *stream_page = NULL;
 static StreamPage *stream_unconfirmed = NULL;
+
+/*
+ * The stream's page after the one in flight, read ahead (read_ahead), and
+ * the id it starts after: the next read takes it if the stream is there.
+ */
+static StreamPage *stream_ahead = NULL;
+static int64 ahead_after = 0;
 static bool stream_more = false;
 static bool stream_woken_busy = false;
 static bool stream_verify = true;
@@ -828,6 +835,33 @@ failing(const RelayEndpoint *ep)
  * endpoints back where the stream is follow it again (not those failing),
  * then the next page is read and routed.
  */
+/* A stream page of the rows read into cxt, which it takes over. */
+static StreamPage *
+new_stream_page(EventRows *rows, MemoryContext cxt)
+{
+	StreamPage *p = MemoryContextAllocZero(relay_cxt, sizeof(StreamPage));
+
+	p->cxt = cxt;
+	p->n = rows->n;
+	p->ev = rows->ev;
+	p->snap = rows->snap;
+	p->last_id = p->ev[p->n - 1].id;
+	p->batch_done = rows->batch_done;
+	MemoryContextSetParent(cxt, relay_cxt);
+	return p;
+}
+
+/* Forget the page read ahead, if any. */
+static void
+drop_ahead(void)
+{
+	if (stream_ahead == NULL)
+		return;
+	MemoryContextDelete(stream_ahead->cxt);
+	pfree(stream_ahead);
+	stream_ahead = NULL;
+}
+
 static void
 read_stream(void)
 {
@@ -877,26 +911,88 @@ read_stream(void)
 	 */
 	stream_more = false;
 	if (followers == 0)
-		return;
-	/* (under the transaction until read, as a batch: new_batch_context) */
-	cxt = AllocSetContextCreate(TopTransactionContext, "outbox stream page", ALLOCSET_DEFAULT_SIZES);
-	if (!store_read_stream(stream_page_size(), &rows, cxt))
 	{
-		MemoryContextDelete(cxt);
-		stream_unconfirmed = NULL;
+		drop_ahead();
 		return;
 	}
-	p = MemoryContextAllocZero(relay_cxt, sizeof(StreamPage));
-	p->cxt = cxt;
-	p->n = rows.n;
-	p->ev = rows.ev;
-	p->snap = rows.snap;
-	p->last_id = p->ev[p->n - 1].id;
-	p->batch_done = rows.batch_done;
+	if (stream_ahead != NULL && store_stream_at(stream_ahead->snap, ahead_after))
+	{
+		int			size = stream_page_size();
+
+		p = stream_ahead;
+		stream_ahead = NULL;
+		/* (no larger than a page read now: sizes follow the answers) */
+		if (p->n > size)
+		{
+			p->n = size;
+			p->last_id = p->ev[size - 1].id;
+			p->batch_done = false;
+		}
+	}
+	else
+	{
+		drop_ahead();
+		/* (under the transaction until read, as a batch: new_batch_context) */
+		cxt = AllocSetContextCreate(TopTransactionContext, "outbox stream page", ALLOCSET_DEFAULT_SIZES);
+		if (!store_read_stream(stream_page_size(), NULL, 0, &rows, cxt))
+		{
+			MemoryContextDelete(cxt);
+			stream_unconfirmed = NULL;
+			return;
+		}
+		p = new_stream_page(&rows, cxt);
+	}
 	p->in_stream = true;
-	MemoryContextSetParent(cxt, relay_cxt);
 	stream_unconfirmed = p;
 	route_page(p);
+}
+
+/*
+ * Read the stream's page after the one in flight while nothing waits to
+ * be sent and answers are awaited: the relay would only wait meanwhile,
+ * and the next page goes as soon as this one is recorded instead of after
+ * a read (against a NATS server answering at once, reading was a fifth of
+ * each page's time, with nothing in flight).  The page is only read, in a
+ * transaction of its own; read_stream() takes it if the stream is then
+ * where the page starts, routing it as it routes any page.  Within the
+ * page's batch only (after a page that ended its batch a new snapshot is
+ * taken), and once per page.
+ */
+static StepResult
+read_ahead_step(void *arg)
+{
+	StreamPage **ahead = (StreamPage **) arg;
+	MemoryContext cxt = AllocSetContextCreate(TopTransactionContext, "outbox stream page",
+											  ALLOCSET_DEFAULT_SIZES);
+	EventRows	rows;
+
+	if (!store_read_stream(stream_page_size(), stream_page->snap, stream_page->last_id, &rows, cxt))
+		MemoryContextDelete(cxt);
+	else
+		*ahead = new_stream_page(&rows, cxt);
+	return STEP_DONE;
+}
+
+static void
+read_ahead(void)
+{
+	StreamPage *p = stream_page;
+	StreamPage *ahead = NULL;
+
+	if (p == NULL || p->batch_done || p->ahead_tried || stream_ahead != NULL ||
+		followers == 0 || pump_in_flight() == 0 || pump_any_ready())
+		return;
+	p->ahead_tried = true;
+	if (run_step("outbox: reading ahead", read_ahead_step, &ahead) == STEP_DONE)
+	{
+		stream_ahead = ahead;
+		ahead_after = p->last_id;
+	}
+	else if (ahead != NULL)
+	{
+		MemoryContextDelete(ahead->cxt);
+		pfree(ahead);
+	}
 }
 
 /*
@@ -1869,6 +1965,10 @@ outbox_relay_main(Datum arg)
 			read_now = true;
 			continue;
 		}
+
+		step_start = GetCurrentTimestamp();
+		read_ahead();
+		count_since(RELAY_SQL_US, step_start);
 
 		/*
 		 * Under a stream of commits, take wake-ups at most once per

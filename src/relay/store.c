@@ -276,7 +276,7 @@ copy_header_lines(Datum arr, char ***lines)
  * and not cut by outbox.batch_bytes, ended its batch.
  */
 static bool
-read_events(SPIPlanPtr plan, Datum *args, bool read_only, int limit,
+read_events(SPIPlanPtr plan, Datum *args, const char *nulls, bool read_only, int limit,
 			EventRows *rows, MemoryContext cxt, const char *what)
 {
 	int			rc;
@@ -300,7 +300,7 @@ read_events(SPIPlanPtr plan, Datum *args, bool read_only, int limit,
 				c_ahead;
 	bool		isnull;
 
-	rc = SPI_execute_plan(plan, args, NULL, read_only, 0);
+	rc = SPI_execute_plan(plan, args, nulls, read_only, 0);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "reading %s failed: %s", what, SPI_result_code_string(rc));
 	memset(rows, 0, sizeof(EventRows));
@@ -408,7 +408,7 @@ store_read_page(int endpoint_id, int limit, bool verify, EventRows *rows, Memory
 	args[1] = Int32GetDatum(limit);
 	args[2] = BoolGetDatum(verify);
 	args[3] = Int64GetDatum((int64) outbox_batch_bytes);
-	return read_events(plan, args, false, limit, rows, cxt, "events");
+	return read_events(plan, args, NULL, false, limit, rows, cxt, "events");
 }
 
 /*
@@ -435,30 +435,66 @@ store_read_due(int endpoint_id, int limit, bool verify, EventRows *rows, MemoryC
 	args[1] = Int32GetDatum(limit);
 	args[2] = BoolGetDatum(verify);
 	args[3] = Int64GetDatum((int64) outbox_batch_bytes);
-	return read_events(plan, args, true, limit, rows, cxt, "events");
+	return read_events(plan, args, NULL, true, limit, rows, cxt, "events");
 }
 
 /*
  * The next page of the stream (outbox._read_stream): events of every type,
  * bounded as an endpoint's page, copied into cxt; false when it has none.
+ * With ahead_of (a batch snapshot, as text), the page after ahead_after in
+ * that batch if it is still the stream's open one, read without writing:
+ * the page after the one in flight, read ahead.
  */
 bool
-store_read_stream(int limit, EventRows *rows, MemoryContext cxt)
+store_read_stream(int limit, const char *ahead_of, int64 ahead_after,
+				  EventRows *rows, MemoryContext cxt)
 {
 	static SPIPlanPtr plan = NULL;
-	Datum		args[2];
+	Datum		args[4];
+	char		nulls[4] = {' ', ' ', ' ', ' '};
 
 	if (plan == NULL)
 	{
-		Oid			types[2] = {INT4OID, INT8OID};
+		Oid			types[4] = {INT4OID, INT8OID, TEXTOID, INT8OID};
 
 		plan = outbox_prepare_kept("SELECT id, event_id, event_type, deliver_at, key, emitted_at, "
 								   "data, header_lines, batch, bytes_cut, expires_at, priority "
-								   "FROM outbox._read_stream($1, $2)", 2, types);
+								   "FROM outbox._read_stream($1, $2, $3, $4)", 4, types);
 	}
 	args[0] = Int32GetDatum(limit);
 	args[1] = Int64GetDatum((int64) outbox_batch_bytes);
-	return read_events(plan, args, false, limit, rows, cxt, "the stream");
+	args[2] = ahead_of != NULL ? CStringGetTextDatum(ahead_of) : (Datum) 0;
+	args[3] = Int64GetDatum(ahead_after);
+	if (ahead_of == NULL)
+		nulls[2] = nulls[3] = 'n';
+	return read_events(plan, args, nulls, false, limit, rows, cxt, "the stream");
+}
+
+/*
+ * Is the stream where a page read ahead starts: in batch (its snapshot, as
+ * text), after after_id?
+ */
+bool
+store_stream_at(const char *batch, int64 after_id)
+{
+	static SPIPlanPtr plan = NULL;
+	Datum		args[2];
+	bool		isnull;
+	int			rc;
+
+	if (plan == NULL)
+	{
+		Oid			types[2] = {TEXTOID, INT8OID};
+
+		plan = outbox_prepare_kept("SELECT EXISTS (SELECT 1 FROM outbox.stream s "
+								   "WHERE s.next_snap::text = $1 AND s.after_id = $2)", 2, types);
+	}
+	args[0] = CStringGetTextDatum(batch);
+	args[1] = Int64GetDatum(after_id);
+	rc = SPI_execute_plan(plan, args, NULL, true, 1);
+	if (rc != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "reading the stream's position failed: %s", SPI_result_code_string(rc));
+	return DatumGetBool(col_datum(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 }
 
 static Datum

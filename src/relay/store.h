@@ -102,7 +102,9 @@ extern bool store_extension_present(void);
 extern bool store_extension_ready(void);
 extern void store_rotate(void);
 extern int	store_load_endpoints(EndpointRow **rows, MemoryContext cxt);
-extern bool store_read_stream(int limit, EventRows *rows, MemoryContext cxt);
+extern bool store_read_stream(int limit, const char *ahead_of, int64 ahead_after,
+							  EventRows *rows, MemoryContext cxt);
+extern bool store_stream_at(const char *batch, int64 after_id);
 extern void store_route_checks(int n, const int *eids, const pg_uuid_t *const *event_ids,
 							   char *const *keys, const bool *ordered, bool verify,
 							   bool *delivered, bool *blocked);

@@ -1644,21 +1644,24 @@ SET enable_seqscan = off
 SET enable_bitmapscan = off
 AS $$
 DECLARE
-    st  outbox.stream := outbox._stream_row();
+    st  outbox.stream;
     nxt pg_snapshot;
     lo  bigint;
 BEGIN
-    IF st.snap IS NULL THEN
-        RETURN;
-    END IF;
     -- Reading ahead (the relay, while the page that ends at ahead_after
     -- is out): the page after it, if its batch ahead_of is still the
-    -- open one, and nothing is written.
+    -- open one; nothing is written or locked.
     IF ahead_of IS NOT NULL THEN
+        SELECT * INTO st FROM outbox.stream;
         IF st.next_snap IS NULL OR st.next_snap::text <> ahead_of THEN
             RETURN;
         END IF;
         st.after_id := ahead_after;
+    ELSE
+        st := outbox._stream_row();
+        IF st.snap IS NULL THEN
+            RETURN;
+        END IF;
     END IF;
     -- At most twice: an open batch found empty is closed, then a new one
     -- is opened from the current snapshot.

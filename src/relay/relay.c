@@ -177,10 +177,12 @@ static bool extension_replaced = false;
 
 /*
  * Set by any relation's cache invalidation: the extension is looked up
- * again only then.  pg_extension has no syscache, so each lookup is an
- * index scan (5% of the relay's thread at 50,000 NATS messages a second,
- * one per step), and a drop of outbox drops its tables, which invalidates
- * them in every backend before the drop can be seen.
+ * again only then, and after a failed step.  pg_extension has no
+ * syscache, so each lookup is an index scan (5% of the relay's thread at
+ * 50,000 NATS messages a second, one per step).  A drop of outbox drops
+ * its tables, whose invalidations come at the latest with their locks; a
+ * step begun between the drop's commit and its invalidations fails on the
+ * dropped objects, and the next one looks (DESIGN.md, "Launcher and relays").
  */
 static bool relations_changed = true;
 

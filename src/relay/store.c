@@ -491,7 +491,8 @@ store_stream_at(const char *batch, int64 after_id)
 	}
 	args[0] = CStringGetTextDatum(batch);
 	args[1] = Int64GetDatum(after_id);
-	rc = SPI_execute_plan(plan, args, NULL, true, 1);
+	/* (not read-only: the step's own writes, _attach's, must be seen) */
+	rc = SPI_execute_plan(plan, args, NULL, false, 1);
 	if (rc != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "reading the stream's position failed: %s", SPI_result_code_string(rc));
 	return DatumGetBool(col_datum(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));

@@ -120,9 +120,6 @@ static StreamPage *stream_unconfirmed = NULL;
  */
 static StreamPage *stream_ahead = NULL;
 static int64 ahead_after = 0;
-
-/* When the last record step ran (record_round). */
-static TimestampTz last_record_at = 0;
 static bool stream_more = false;
 static bool stream_woken_busy = false;
 static bool stream_verify = true;
@@ -1458,7 +1455,6 @@ record_round(void)
 	int			room = 16;
 	int			stream_parts_done = 0;
 	bool		page_completes = false;
-	bool		interval_passed;
 	ListCell   *lc;
 	StepResult	result;
 
@@ -1471,14 +1467,8 @@ record_round(void)
 	 * Does this round complete the stream's page?  Then its parts go now;
 	 * otherwise a finished part waits for the interval like a partial
 	 * batch, so that a thousand endpoints' parts finishing one after
-	 * another make a record every RECORD_INTERVAL_MS, not one each.  The
-	 * interval counts from the last record of any batch as well as from
-	 * the batch's own: each part's clock alone starts at the page's read,
-	 * so once the page was that old each part finishing made a record of
-	 * its own (7 records a page of 25 ms in bench case 12, most of their
-	 * cost the statement's fixed part).
+	 * another make a record every RECORD_INTERVAL_MS, not one each.
 	 */
-	interval_passed = TimestampDifferenceExceeds(last_record_at, now, RECORD_INTERVAL_MS);
 	if (stream_page != NULL)
 	{
 		dlist_foreach_modify(iter, &active)
@@ -1501,9 +1491,8 @@ record_round(void)
 			continue;
 		/* Partial progress, and retries after a refusal, wait a while. */
 		if ((!complete || b->record_failed || (b->stream != NULL && !page_completes)) &&
-			(!TimestampDifferenceExceeds(b->last_flush, now,
-										 b->record_failed ? RECORD_RETRY_MS : RECORD_INTERVAL_MS) ||
-			 (!b->record_failed && !interval_passed)))
+			!TimestampDifferenceExceeds(b->last_flush, now,
+										b->record_failed ? RECORD_RETRY_MS : RECORD_INTERVAL_MS))
 			continue;
 		if (r.nbatches == room)
 		{
@@ -1563,7 +1552,6 @@ record_round(void)
 		return;
 
 	result = run_step("outbox: recording outcomes", record_step, &r);
-	last_record_at = now;
 	if (result == STEP_ABSENT)
 		return;
 

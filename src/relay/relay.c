@@ -120,6 +120,14 @@ static StreamPage *stream_unconfirmed = NULL;
  */
 static StreamPage *stream_ahead = NULL;
 static int64 ahead_after = 0;
+
+/*
+ * In how many ms the next batch whose finished deliveries wait for their
+ * record is due (record_round; -1: none waits).  The relay's wait ends
+ * then: with slow receivers no other answer may come to wake it, and what
+ * a crash can repeat is bounded by this interval.
+ */
+static long record_wait_ms = -1;
 static bool stream_more = false;
 static bool stream_woken_busy = false;
 static bool stream_verify = true;
@@ -1458,6 +1466,7 @@ record_round(void)
 	ListCell   *lc;
 	StepResult	result;
 
+	record_wait_ms = -1;
 	memset(&r, 0, sizeof(r));
 	r.batches = palloc(sizeof(Batch *) * room);
 	r.complete = palloc(sizeof(bool) * room);
@@ -1490,10 +1499,18 @@ record_round(void)
 		if (!complete && b->unrecorded == 0)
 			continue;
 		/* Partial progress, and retries after a refusal, wait a while. */
-		if ((!complete || b->record_failed || (b->stream != NULL && !page_completes)) &&
-			!TimestampDifferenceExceeds(b->last_flush, now,
-										b->record_failed ? RECORD_RETRY_MS : RECORD_INTERVAL_MS))
-			continue;
+		if (!complete || b->record_failed || (b->stream != NULL && !page_completes))
+		{
+			long		left = (b->record_failed ? RECORD_RETRY_MS : RECORD_INTERVAL_MS) -
+				TimestampDifferenceMilliseconds(b->last_flush, now);
+
+			if (left > 0)
+			{
+				/* (the relay's wait ends in time for it) */
+				record_wait_ms = record_wait_ms < 0 ? left : Min(record_wait_ms, left);
+				continue;
+			}
+		}
 		if (r.nbatches == room)
 		{
 			room *= 2;
@@ -1988,6 +2005,9 @@ outbox_relay_main(Datum arg)
 		/* A page with parts in flight is looked at for laggards meanwhile. */
 		if (stream_page != NULL && stream_page->parts > 0 && followers > 1)
 			until_poll = Min(until_poll, LAGGARD_MIN_MS / 2);
+		/* Finished deliveries that wait for their record are recorded in time. */
+		if (record_wait_ms >= 0)
+			until_poll = Min(until_poll, record_wait_ms);
 		/* An endpoint held by its rate limit is let go in time. */
 		until_release = limit_ms_to_release(GetCurrentTimestamp());
 		if (until_release >= 0)

@@ -113,6 +113,9 @@ static dlist_head unconfirmed = DLIST_STATIC_INIT(unconfirmed);
  */
 static StreamPage *stream_page = NULL;
 static StreamPage *stream_unconfirmed = NULL;
+static bool stream_more = false;
+static bool stream_woken_busy = false;
+static bool stream_verify = true;
 
 /*
  * The stream's page after the one in flight, read ahead (read_ahead), and
@@ -128,9 +131,6 @@ static int64 ahead_after = 0;
  * a crash can repeat is bounded by this interval.
  */
 static long record_wait_ms = -1;
-static bool stream_more = false;
-static bool stream_woken_busy = false;
-static bool stream_verify = true;
 
 /*
  * Endpoints that do not follow the stream and may read on their own
@@ -840,11 +840,6 @@ failing(const RelayEndpoint *ep)
 									ep->timeout_ms + 1000);
 }
 
-/*
- * The stream's step of a read round, when its page is not in flight:
- * endpoints back where the stream is follow it again (not those failing),
- * then the next page is read and routed.
- */
 /* A stream page of the rows read into cxt, which it takes over. */
 static StreamPage *
 new_stream_page(EventRows *rows, MemoryContext cxt)
@@ -872,6 +867,11 @@ drop_ahead(void)
 	stream_ahead = NULL;
 }
 
+/*
+ * The stream's step of a read round, when its page is not in flight:
+ * endpoints back where the stream is follow it again (not those failing),
+ * then the next page is read, or the one read ahead taken, and routed.
+ */
 static void
 read_stream(void)
 {

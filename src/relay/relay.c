@@ -211,6 +211,16 @@ relay_shmem_exit(int code, Datum arg)
 		ereport(LOG, (errmsg("outbox relay stopping")));
 }
 
+/* Add the microseconds since start to a relay counter. */
+static void
+count_since(RelayCounter counter, TimestampTz start)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (now > start)
+		outbox_count(counter, (uint64) (now - start));
+}
+
 /* Free a stream page once the stream is past it and no batch points in. */
 static void
 release_stream_page(StreamPage *p)
@@ -219,6 +229,15 @@ release_stream_page(StreamPage *p)
 		return;
 	MemoryContextDelete(p->cxt);
 	pfree(p);
+}
+
+/* End a stream page after its first n events: not the end of its batch. */
+static void
+shorten_stream_page(StreamPage *p, int n)
+{
+	p->n = n;
+	p->last_id = p->ev[n - 1].id;
+	p->batch_done = false;
 }
 
 static void
@@ -612,9 +631,7 @@ route_page(StreamPage *p)
 			full = eps[j]->follows && eps[j]->routed >= page_share(eps[j]);
 		if (full)
 		{
-			p->n = i;
-			p->last_id = p->ev[i - 1].id;
-			p->batch_done = false;
+			shorten_stream_page(p, i);
 			cut = true;
 			break;
 		}
@@ -840,30 +857,43 @@ failing(const RelayEndpoint *ep)
 									ep->timeout_ms + 1000);
 }
 
-/* A stream page of the rows read into cxt, which it takes over. */
+/*
+ * Read a stream page of stream_page_size() events (store_read_stream: the
+ * next, or with ahead_of the one after ahead_after, read ahead), or NULL
+ * when there is none.  Its memory is under the step's transaction until it
+ * is read, so that an error frees it, then the relay's.
+ */
 static StreamPage *
-new_stream_page(EventRows *rows, MemoryContext cxt)
+read_stream_page(const char *ahead_of, int64 ahead_after)
 {
-	StreamPage *p = MemoryContextAllocZero(relay_cxt, sizeof(StreamPage));
+	MemoryContext cxt = AllocSetContextCreate(TopTransactionContext, "outbox stream page",
+											  ALLOCSET_DEFAULT_SIZES);
+	EventRows	rows;
+	StreamPage *p;
 
+	if (!store_read_stream(stream_page_size(), ahead_of, ahead_after, &rows, cxt))
+	{
+		MemoryContextDelete(cxt);
+		return NULL;
+	}
+	p = MemoryContextAllocZero(relay_cxt, sizeof(StreamPage));
 	p->cxt = cxt;
-	p->n = rows->n;
-	p->ev = rows->ev;
-	p->snap = rows->snap;
+	p->n = rows.n;
+	p->ev = rows.ev;
+	p->snap = rows.snap;
 	p->last_id = p->ev[p->n - 1].id;
-	p->batch_done = rows->batch_done;
+	p->batch_done = rows.batch_done;
 	MemoryContextSetParent(cxt, relay_cxt);
 	return p;
 }
 
-/* Forget the page read ahead, if any. */
+/* Forget the page read ahead, if any (it is in no stream, no batch's). */
 static void
 drop_ahead(void)
 {
 	if (stream_ahead == NULL)
 		return;
-	MemoryContextDelete(stream_ahead->cxt);
-	pfree(stream_ahead);
+	release_stream_page(stream_ahead);
 	stream_ahead = NULL;
 }
 
@@ -877,8 +907,6 @@ read_stream(void)
 {
 	List	   *candidates = NIL;
 	ListCell   *lc;
-	MemoryContext cxt;
-	EventRows	rows;
 	StreamPage *p;
 	TimestampTz now = GetCurrentTimestamp();
 
@@ -933,24 +961,17 @@ read_stream(void)
 		stream_ahead = NULL;
 		/* (no larger than a page read now: sizes follow the answers) */
 		if (p->n > size)
-		{
-			p->n = size;
-			p->last_id = p->ev[size - 1].id;
-			p->batch_done = false;
-		}
+			shorten_stream_page(p, size);
 	}
 	else
 	{
 		drop_ahead();
-		/* (under the transaction until read, as a batch: new_batch_context) */
-		cxt = AllocSetContextCreate(TopTransactionContext, "outbox stream page", ALLOCSET_DEFAULT_SIZES);
-		if (!store_read_stream(stream_page_size(), NULL, 0, &rows, cxt))
+		p = read_stream_page(NULL, 0);
+		if (p == NULL)
 		{
-			MemoryContextDelete(cxt);
 			stream_unconfirmed = NULL;
 			return;
 		}
-		p = new_stream_page(&rows, cxt);
 	}
 	p->in_stream = true;
 	stream_unconfirmed = p;
@@ -971,15 +992,7 @@ read_stream(void)
 static StepResult
 read_ahead_step(void *arg)
 {
-	StreamPage **ahead = (StreamPage **) arg;
-	MemoryContext cxt = AllocSetContextCreate(TopTransactionContext, "outbox stream page",
-											  ALLOCSET_DEFAULT_SIZES);
-	EventRows	rows;
-
-	if (!store_read_stream(stream_page_size(), stream_page->snap, stream_page->last_id, &rows, cxt))
-		MemoryContextDelete(cxt);
-	else
-		*ahead = new_stream_page(&rows, cxt);
+	*(StreamPage **) arg = read_stream_page(stream_page->snap, stream_page->last_id);
 	return STEP_DONE;
 }
 
@@ -988,21 +1001,21 @@ read_ahead(void)
 {
 	StreamPage *p = stream_page;
 	StreamPage *ahead = NULL;
+	TimestampTz start;
 
 	if (p == NULL || p->batch_done || p->ahead_tried || stream_ahead != NULL ||
 		followers == 0 || pump_in_flight() == 0 || pump_any_ready())
 		return;
 	p->ahead_tried = true;
+	start = GetCurrentTimestamp();
 	if (run_step("outbox: reading ahead", read_ahead_step, &ahead) == STEP_DONE)
 	{
 		stream_ahead = ahead;
 		ahead_after = p->last_id;
 	}
 	else if (ahead != NULL)
-	{
-		MemoryContextDelete(ahead->cxt);
-		pfree(ahead);
-	}
+		release_stream_page(ahead);
+	count_since(RELAY_SQL_US, start);
 }
 
 /*
@@ -1665,16 +1678,6 @@ record_round(void)
 			(errmsg("outbox recorded %d batches", r.nbatches)));
 }
 
-/* Add the microseconds since start to a relay counter. */
-static void
-count_since(RelayCounter counter, TimestampTz start)
-{
-	TimestampTz now = GetCurrentTimestamp();
-
-	if (now > start)
-		outbox_count(counter, (uint64) (now - start));
-}
-
 /*
  * Is a read round worth a transaction now?  Only if the stream or some
  * endpoint may read (a commit may have left it something).
@@ -1985,9 +1988,7 @@ outbox_relay_main(Datum arg)
 			continue;
 		}
 
-		step_start = GetCurrentTimestamp();
 		read_ahead();
-		count_since(RELAY_SQL_US, step_start);
 
 		/*
 		 * Under a stream of commits, take wake-ups at most once per

@@ -152,6 +152,10 @@ is(sql("SELECT count(*) FROM outbox.attempts WHERE event_id = '$id' AND endpoint
 is($first->{headers}{type}, 'order.paid', 'the type header');
 like($first->{headers}{timestamp} // '', qr/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$/,
 	'the timestamp header, RFC 3339');
+is($first->{headers}{timestamp},
+	sql(qq{SELECT to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
+	         FROM outbox.events WHERE event_id = '$id'}),
+	"the timestamp header is the event's emit time, in UTC");
 like(sql(qq{SELECT response FROM outbox.attempts WHERE event_id = '$id' AND endpoint = 'n_ordered'}),
 	qr/^stream ORDERS seq \d+$/, 'the attempt log keeps the stream and sequence');
 

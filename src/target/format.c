@@ -209,6 +209,17 @@ outbox_uuid_text(const pg_uuid_t *uuid, char *out)
 	*p = '\0';
 }
 
+/* v's last width decimal digits at p, zero-padded (v >= 0). */
+static inline void
+put_digits(char *p, int v, int width)
+{
+	for (int i = width - 1; i >= 0; i--)
+	{
+		p[i] = '0' + v % 10;
+		v /= 10;
+	}
+}
+
 /*
  * An emit time as RFC 3339 in UTC with microseconds, as 1.3's SQL wrote
  * it (to_char 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'), into out[OUTBOX_TIME_LEN]:
@@ -227,8 +238,28 @@ outbox_format_time(TimestampTz t, char *out)
 		strlcpy(out, "1970-01-01T00:00:00.000000Z", OUTBOX_TIME_LEN);
 		return;
 	}
-	snprintf(out, OUTBOX_TIME_LEN, "%04d-%02d-%02dT%02d:%02d:%02d.%06dZ",
-			 tm.tm_year, tm.tm_mon, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int) fsec);
+	if (tm.tm_year < 1 || tm.tm_year > 9999)
+	{
+		snprintf(out, OUTBOX_TIME_LEN, "%04d-%02d-%02dT%02d:%02d:%02d.%06dZ",
+				 tm.tm_year, tm.tm_mon, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int) fsec);
+		return;
+	}
+	/* (by hand: snprintf was 3% of the relay's time publishing to NATS) */
+	put_digits(out, tm.tm_year, 4);
+	out[4] = '-';
+	put_digits(out + 5, tm.tm_mon, 2);
+	out[7] = '-';
+	put_digits(out + 8, tm.tm_mday, 2);
+	out[10] = 'T';
+	put_digits(out + 11, tm.tm_hour, 2);
+	out[13] = ':';
+	put_digits(out + 14, tm.tm_min, 2);
+	out[16] = ':';
+	put_digits(out + 17, tm.tm_sec, 2);
+	out[19] = '.';
+	put_digits(out + 20, (int) fsec, 6);
+	out[26] = 'Z';
+	out[27] = '\0';
 }
 
 /* The body of a request in format: palloc'd, NUL-terminated. */

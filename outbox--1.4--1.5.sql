@@ -937,7 +937,6 @@ $$;
 COMMENT ON FUNCTION outbox._read_due(integer, integer, boolean, bigint) IS
     'internal: events whose retry or deliver_at has come, for one endpoint, bounded in events and in bytes';
 
--- _record records 'expired'; _set_aside copies expires_at and priority.
 -- What a record needs to know of each endpoint's outcomes, gathered in one
 -- pass over them (_record): which statements have anything to do, and the
 -- endpoint's health.  last_ok and last_fail are positions in the outcomes.
@@ -956,6 +955,7 @@ CREATE TYPE outbox.endpoint_outcomes AS (
 );
 COMMENT ON TYPE outbox.endpoint_outcomes IS 'internal: one endpoint''s outcomes in a record, summed up';
 
+-- _record records 'expired'; _set_aside copies expires_at and priority.
 -- Record, in one statement, finished deliveries of any endpoints, the
 -- pages they complete, and the endpoints that stop following the stream
 -- (detach: their own position takes the stream's, before the stream moves).

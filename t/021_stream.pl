@@ -12,6 +12,7 @@
 # each of its events once, and follows the stream again.
 # Part 3: a paused endpoint stops following; what is emitted while it is
 # paused reaches it once resumed, once each, and it follows again.
+# Part 4: a batch read in pages cut by outbox.batch_bytes arrives whole.
 use strict;
 use warnings;
 use FindBin;
@@ -209,6 +210,24 @@ ok(follows_again('e9'), 'and follows the stream again');
 my $n9 = ids_at('/e9', received($log));
 is(scalar(grep { ($n9->{$_} // 0) != 1 } @paused), 0, 'each of its events arrived once');
 is($node->safe_psql('postgres', 'SELECT count(*) FROM outbox.retries'), '0', 'no retries left');
+
+############################################################################
+# Part 4: pages cut by outbox.batch_bytes
+############################################################################
+
+# One transaction of 40 events of 16 kB: one batch, which at the smallest
+# budget (64 kB) is read in pages of about four.  A page the budget ended
+# is no sign the batch is done: were it taken for one, the stream would
+# move past the events after it.
+$node->append_conf('postgresql.conf', "outbox.batch_bytes = '64kB'\n");
+$node->reload;
+my @big = split /\n/, sql(q{SELECT outbox.emit('t.7', jsonb_build_object('n', n, 'pad', repeat('x', 16000)))
+                             FROM generate_series(1, 40) n});
+is(scalar(@big), 40, 'forty large events in one transaction');
+ok(wait_received($log, got_all('/e7', @big)), 'every event of a batch read in pages cut by bytes arrived');
+ok(wait_received($log, got_all('/all', @big)), 'at every endpoint subscribed to them');
+my $n7 = ids_at('/e7', received($log));
+is(scalar(grep { ($n7->{$_} // 0) != 1 } @big), 0, 'each once');
 
 my $errors = () = slurp_file($node->logfile) =~ /outbox relay.*\bERROR:|\[\d+\] ERROR:.*outbox/g;
 is($errors, 0, 'the relay logged no error');

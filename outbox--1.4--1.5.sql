@@ -725,8 +725,8 @@ REVOKE ALL ON FUNCTION outbox._attempted(integer, bigint, uuid) FROM PUBLIC;
 -- moving past a span with none of the endpoint's events, so that a read
 -- costs milliseconds however far behind the endpoint is.  Writes only the
 -- position's batch bounds; the relay advances after_id when it records the
--- page.  bytes_cut is true on every row of a page that the byte budget or
--- the span ended: such a page is not the end of its batch.  Unless the
+-- page.  bytes_cut, on a page's last own row, is true when the byte budget
+-- or the span ended it: such a page is not the end of its batch.  Unless the
 -- endpoint is ordered, the page also carries, after its own rows (ahead
 -- true), up to a quarter of it of the batch's highest-priority events
 -- further on (not on a probe's page, nor in the stream's own batch), so
@@ -807,9 +807,11 @@ BEGIN
             WITH page AS (
                 SELECT e.id, e.event_id, e.event_type, e.deliver_at, e.key, e.created_at, e.payload,
                        e.headers, e.expires_at, coalesce(e.priority, 0::smallint) AS priority,
-                       -- cut: by the byte budget, or by the span while more ids follow
-                       (max(e.upto) OVER ()) >= max_bytes
-                           OR ((count(*) OVER ()) < lim AND pos.after_id + span < top) AS bytes_cut
+                       -- cut: by the byte budget (on the event that reaches it, the
+                       -- page's last), or by the span while more ids follow (on
+                       -- every event: the relay reads it on the last, and only
+                       -- of a page shorter than lim)
+                       e.upto >= max_bytes OR pos.after_id + span < top AS bytes_cut
                   FROM (SELECT ev.id, ev.event_id, ev.deliver_at, ev.key, ev.event_type, ev.created_at,
                                ev.payload, ev.headers, ev.sz, ev.expires_at, ev.priority,
                                sum(ev.sz) OVER (ORDER BY ev.id) AS upto

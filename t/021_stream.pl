@@ -12,7 +12,8 @@
 # each of its events once, and follows the stream again.
 # Part 3: a paused endpoint stops following; what is emitted while it is
 # paused reaches it once resumed, once each, and it follows again.
-# Part 4: a batch read in pages cut by outbox.batch_bytes arrives whole.
+# Part 4: a batch read in pages cut by outbox.batch_bytes arrives whole,
+# from the stream and from an endpoint's own pages.
 use strict;
 use warnings;
 use FindBin;
@@ -228,6 +229,19 @@ ok(wait_received($log, got_all('/e7', @big)), 'every event of a batch read in pa
 ok(wait_received($log, got_all('/all', @big)), 'at every endpoint subscribed to them');
 my $n7 = ids_at('/e7', received($log));
 is(scalar(grep { ($n7->{$_} // 0) != 1 } @big), 0, 'each once');
+
+# The same through an endpoint's own pages: paused while they are
+# emitted, resumed, it reads them on its own, in pages the budget cuts.
+sql("SELECT outbox.pause_endpoint('e6')");
+ok($node->poll_query_until('postgres',
+		"SELECT NOT follows FROM outbox.positions WHERE endpoint_id = outbox._endpoint_id('e6')"),
+	'a paused endpoint stops following the stream');
+my @own = split /\n/, sql(q{SELECT outbox.emit('t.6', jsonb_build_object('n', n, 'pad', repeat('y', 16000)))
+                             FROM generate_series(1, 40) n});
+sql("SELECT outbox.resume_endpoint('e6')");
+ok(wait_received($log, got_all('/e6', @own)), 'read on its own in pages cut by bytes, every event arrived');
+my $n6 = ids_at('/e6', received($log));
+is(scalar(grep { ($n6->{$_} // 0) != 1 } @own), 0, 'each once');
 
 my $errors = () = slurp_file($node->logfile) =~ /outbox relay.*\bERROR:|\[\d+\] ERROR:.*outbox/g;
 is($errors, 0, 'the relay logged no error');

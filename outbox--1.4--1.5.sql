@@ -726,7 +726,8 @@ REVOKE ALL ON FUNCTION outbox._attempted(integer, bigint, uuid) FROM PUBLIC;
 -- costs milliseconds however far behind the endpoint is.  Writes only the
 -- position's batch bounds; the relay advances after_id when it records the
 -- page.  bytes_cut, on a page's last own row, is true when the byte budget
--- or the span ended it: such a page is not the end of its batch.  Unless the
+-- ended it or more ids follow the span (read only on a page shorter than
+-- lim): such a page is not the end of its batch.  Unless the
 -- endpoint is ordered, the page also carries, after its own rows (ahead
 -- true), up to a quarter of it of the batch's highest-priority events
 -- further on (not on a probe's page, nor in the stream's own batch), so

@@ -235,13 +235,16 @@ is(scalar(grep { ($n7->{$_} // 0) != 1 } @big), 0, 'each once');
 sql("SELECT outbox.pause_endpoint('e6')");
 ok($node->poll_query_until('postgres',
 		"SELECT NOT follows FROM outbox.positions WHERE endpoint_id = outbox._endpoint_id('e6')"),
-	'a paused endpoint stops following the stream');
+	'e6, paused, stops following the stream');
 my @own = split /\n/, sql(q{SELECT outbox.emit('t.6', jsonb_build_object('n', n, 'pad', repeat('y', 16000)))
                              FROM generate_series(1, 40) n});
+# (once the stream read past them: resumed before, it would find nothing
+# of its own to read, follow the stream again and get them from it)
+ok(wait_received($log, got_all('/all', @own)), 'the stream read past them');
 sql("SELECT outbox.resume_endpoint('e6')");
 ok(wait_received($log, got_all('/e6', @own)), 'read on its own in pages cut by bytes, every event arrived');
 my $n6 = ids_at('/e6', received($log));
-is(scalar(grep { ($n6->{$_} // 0) != 1 } @own), 0, 'each once');
+is(scalar(grep { ($n6->{$_} // 0) != 1 } @own), 0, 'each once at e6');
 
 my $errors = () = slurp_file($node->logfile) =~ /outbox relay.*\bERROR:|\[\d+\] ERROR:.*outbox/g;
 is($errors, 0, 'the relay logged no error');

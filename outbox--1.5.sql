@@ -2157,20 +2157,10 @@ BEGIN
         -- The stream moves only when everything routed to it is recorded.
         pages := ARRAY(SELECT p FROM unnest(pages) p
                         WHERE p.endpoint_id IS NOT NULL AND p.endpoint_id <> ALL (locked));
-        outcomes := ARRAY(SELECT o FROM unnest(outcomes) o WHERE o.endpoint_id <> ALL (skip));
         detach := ARRAY(SELECT d FROM unnest(detach) d WHERE d <> ALL (locked));
-        -- (positions in the outcomes changed)
-        per := ARRAY(
-            SELECT ROW(o.endpoint_id, e.special, e.retry, e.dead, e.settles, e.asks, e.reason, e.counted,
-                       max(o.n) FILTER (WHERE o.outcome = 'delivered'),
-                       e.fails,
-                       max(o.n) FILTER (WHERE o.outcome NOT IN ('delivered', 'deferred', 'already', 'expired'))
-                      )::outbox.endpoint_outcomes
-              FROM unnest(outcomes) WITH ORDINALITY AS o(endpoint_id, id, event_id, attempt, outcome, next_at,
-                                                         status, error, duration_ms, response, disable_reason, n)
-              JOIN unnest(per) e ON e.endpoint_id = o.endpoint_id
-             GROUP BY o.endpoint_id, e.special, e.retry, e.dead, e.settles, e.asks, e.reason, e.counted, e.fails);
     END IF;
+    -- (the outcomes stay whole, so that per's positions hold: every
+    -- statement below passes over those of skipped endpoints)
     IF cardinality(skip) > 0 THEN
         per := ARRAY(SELECT e FROM unnest(per) e WHERE e.endpoint_id <> ALL (skip));
     END IF;

@@ -83,9 +83,10 @@
  */
 #define DETACH_AFTER_MS		1500
 /*
- * The last tenth of a page's parts are laggards sooner: after as long as
- * the others took, this at least.  And a page whose laggards are most of
- * the followers, while nothing was answered at all, waits at most this.
+ * The last quarter of a page's parts are laggards sooner: after twice as
+ * long as the others took, this at least.  And a page whose laggards are
+ * most of the followers, while nothing was answered at all, waits at most
+ * this.
  */
 #define LAGGARD_MIN_MS		200
 #define DETACH_HOLD_MS		6000
@@ -1749,21 +1750,25 @@ want_more(void)
  * it has requests in flight and has had no answer, nor sent anything, for
  * a while (a large part answered steadily is none, nor one whose requests
  * wait for slots; one whose OAuth2 token is being fetched counts as in
- * flight): DETACH_AFTER_MS while more than a tenth of the page's parts
- * are left, or, once at most a tenth are, as long
- * as the others took to finish (at least LAGGARD_MIN_MS, at most
- * DETACH_AFTER_MS), counted from its own last answer, not from the others'
- * last finish: parts of healthy endpoints that trickle in late must not
- * put it off again and again (seen in bench case 12: the page waited 2.2 s
- * for 100 endpoints that never answer).  A receiver that never answers
- * then costs the others a fraction of a second, not its timeout.  Each
- * part's wait counts from its own last answer, also while more than a
- * tenth are left: before 1.5 it started only once no part of the page had
- * finished for DETACH_AFTER_MS, and bench case 12's first page (a tenth
- * of its parts to endpoints that never answer, the others slowed by the
- * connections it opens) waited 3.6 s against 2.1 s without them.  (A
- * quarter instead of a tenth detached healthy endpoints answering in
- * 200 to 400 ms at the end of each page in bench case 11.)  Laggards stop following (their
+ * flight): DETACH_AFTER_MS while more than a quarter of the page's parts
+ * are left, or, once at most a quarter are, twice as long as the others
+ * took to finish (at least LAGGARD_MIN_MS, at most DETACH_AFTER_MS),
+ * counted from its own last answer, not from the others' last finish:
+ * parts of healthy endpoints that trickle in late must not put it off
+ * again and again (seen in bench case 12: the page waited 2.2 s for 100
+ * endpoints that never answer).  A receiver that never answers then costs
+ * the others a fraction of a second, not its timeout.  Each part's wait
+ * counts from its own last answer, also while more than a quarter are
+ * left: before 1.5 it started only once no part of the page had finished
+ * for DETACH_AFTER_MS, and bench case 12's first page (a tenth of its
+ * parts to endpoints that never answer, the others slowed by the
+ * connections it opens) waited 3.6 s against 2.1 s without them.  The
+ * share was a tenth, with once the others' time, until case 12's first
+ * page of 500 events, whose 400-odd parts had a few more than a tenth to
+ * the endpoints that never answer, waited the whole DETACH_AFTER_MS (0.70
+ * of the rate without them, 0.90 after); a quarter with once the others'
+ * time detached healthy endpoints answering in 200 to 400 ms at the end
+ * of each page in bench case 11, twice it none.  Laggards stop following (their
  * parts become their own pages) and are lagged: one request at a time
  * until an answer (pump_endpoint_cap).  But when most followers are laggards
  * and nothing at all was answered lately, the relay itself, or every
@@ -1784,9 +1789,9 @@ detach_laggards(void)
 
 	if (p == NULL || p->parts == 0 || followers <= 1)
 		return;
-	if ((p->routed - p->finished) * 10 <= p->routed)
+	if ((p->routed - p->finished) * 4 <= p->routed)
 		wait = Max(LAGGARD_MIN_MS,
-				   Min((p->progress_at - p->read_at) / 1000, DETACH_AFTER_MS));
+				   Min(2 * (p->progress_at - p->read_at) / 1000, DETACH_AFTER_MS));
 	dlist_foreach(iter, &active)
 	{
 		Batch	   *b = dlist_container(Batch, node, iter.cur);

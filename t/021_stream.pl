@@ -14,6 +14,9 @@
 # paused reaches it once resumed, once each, and it follows again.
 # Part 4: a batch read in pages cut by outbox.batch_bytes arrives whole,
 # from the stream and from an endpoint's own pages.
+# Part 5: a receiver that takes 300 ms beside three that answer at once,
+# all four subscribed to the same events: once it has answered, the last
+# quarter's short wait (200 ms) does not detach it page after page.
 use strict;
 use warnings;
 use FindBin;
@@ -245,6 +248,39 @@ sql("SELECT outbox.resume_endpoint('e6')");
 ok(wait_received($log, got_all('/e6', @own)), 'read on its own in pages cut by bytes, every event arrived');
 my $n6 = ids_at('/e6', received($log));
 is(scalar(grep { ($n6->{$_} // 0) != 1 } @own), 0, 'each once at e6');
+
+############################################################################
+# Part 5: a slow receiver beside quick ones keeps following the stream
+############################################################################
+
+# Each page of one event has four parts: the three quick ones finish in
+# milliseconds, leaving a quarter, whose short wait would be 200 ms; the
+# far one's own answers (300 ms) give it twice that.  Its first page may
+# detach it (it has not answered yet); after that it follows throughout.
+$node->append_conf('postgresql.conf', "log_min_messages = debug1\n");
+$node->reload;
+sql(qq{
+SELECT outbox.create_endpoint('near' || n, '$url/near' || n, '{mix}') FROM generate_series(1, 3) n;
+SELECT outbox.create_endpoint('far', '$url/far?delay=0.3', '{mix}');
+});
+my @first = split /\n/, sql(q{SELECT outbox.emit('mix', '{"n": 0}')});
+ok(wait_received($log, got_all('/far', @first)), 'the far receiver answered its first event');
+ok(follows_again($_), "$_ follows the stream") for qw(far near1 near2 near3);
+my $from = -s $node->logfile;
+my @mixed;
+for my $n (1 .. 6)
+{
+	my ($id) = split /\n/, sql(qq{SELECT outbox.emit('mix', '{"n": $n}')});
+	push @mixed, $id;
+	wait_received($log, got_all('/far', $id)) or last;
+}
+ok(wait_received($log, sub { got_all('/far', @mixed)->(@_) && got_all('/near1', @mixed)->(@_) }),
+	'six events, one page each, reached the far receiver and the near ones');
+my @detached = grep { /outbox endpoint "far" stops following the stream/ }
+  split /\n/, slurp_file($node->logfile, $from);
+is(scalar(@detached), 0, 'the far receiver was not detached on any of those pages');
+is(sql("SELECT follows FROM outbox.positions WHERE endpoint_id = outbox._endpoint_id('far')"), 't',
+	'and still follows the stream');
 
 my $errors = () = slurp_file($node->logfile) =~ /outbox relay.*\bERROR:|\[\d+\] ERROR:.*outbox/g;
 is($errors, 0, 'the relay logged no error');

@@ -77,6 +77,8 @@ typedef struct RelayEndpoint
 	TimestampTz failed_at;		/* the last of those, in this relay */
 	bool		lagged;			/* detached for holding the stream back, and
 								 * no definite answer since */
+	double		answer_ms;		/* what its last definite answer took; 0:
+								 * none in this relay */
 	TimestampTz last_warning;	/* last "deliveries are failing" report */
 	int			failures_unreported;
 	/* requests in flight: pump_run() (DESIGN.md, The relay loop) */

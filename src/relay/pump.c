@@ -481,6 +481,7 @@ conclude(Delivery *d, const TargetResult *res)
 	{
 		b->ep->retry_failures = 0;
 		b->ep->lagged = false;
+		b->ep->answer_ms = res->duration_ms;
 	}
 	outbox_count(o == OUTCOME_DELIVERED ? RELAY_DELIVERIES : RELAY_FAILURES, 1);
 	outbox_count(RELAY_RETRIES, d->attempt > 1 ? 1 : 0);

@@ -75,20 +75,22 @@
 /* After this many failures in a row an endpoint only gets probes. */
 #define CIRCUIT_FAILURES	20
 /*
- * A stream page none of whose parts has finished for this long, while
- * other endpoints follow the stream, detaches the endpoints whose parts are
- * still in flight: they hold the others back.  Longer than a lost SYN's
- * first retransmission (1 s): a burst of new connections to one host must
- * not detach everyone (seen with 2,048 parts at once).
+ * A part of the stream's page with requests in flight and no answer for
+ * this long, while other endpoints follow the stream, is a laggard: it
+ * holds the others back (detach_laggards).  Longer than a lost SYN's first
+ * retransmission (1 s): a burst of new connections to one host must not
+ * detach everyone (seen with 2,048 parts at once).
  */
 #define DETACH_AFTER_MS		1500
 /*
- * The last quarter of a page's parts are laggards sooner: after twice as
- * long as the others took, this at least.  And a page whose laggards are
- * most of the followers, while nothing was answered at all, waits at most
- * this.
+ * Once at most a quarter of a page's parts are left, a part is a laggard
+ * sooner: after twice as long as the others took, this at least.
  */
 #define LAGGARD_MIN_MS		200
+/*
+ * A page whose laggards are most of the followers, while nothing at all
+ * was answered for DETACH_AFTER_MS, waits at most this before they go.
+ */
 #define DETACH_HOLD_MS		6000
 /*
  * A read step reads endpoints' own pages for about this long at most; the
@@ -1752,8 +1754,11 @@ want_more(void)
  * wait for slots; one whose OAuth2 token is being fetched counts as in
  * flight): DETACH_AFTER_MS while more than a quarter of the page's parts
  * are left, or, once at most a quarter are, twice as long as the others
- * took to finish (at least LAGGARD_MIN_MS, at most DETACH_AFTER_MS),
- * counted from its own last answer, not from the others' last finish:
+ * took (from the page's read to the last part that finished, parts with
+ * nothing to send included), or twice what its endpoint's last definite
+ * answer took if that is longer, at least LAGGARD_MIN_MS and at most
+ * DETACH_AFTER_MS.  The wait counts from its own last answer, not from
+ * the others' last finish:
  * parts of healthy endpoints that trickle in late must not put it off
  * again and again (seen in bench case 12: the page waited 2.2 s for 100
  * endpoints that never answer).  A receiver that never answers then costs
@@ -1766,9 +1771,12 @@ want_more(void)
  * share was a tenth, with once the others' time, until case 12's first
  * page of 500 events, whose 400-odd parts had a few more than a tenth to
  * the endpoints that never answer, waited the whole DETACH_AFTER_MS (0.70
- * of the rate without them, 0.90 after); a quarter with once the others'
- * time detached healthy endpoints answering in 200 to 400 ms at the end
- * of each page in bench case 11, twice it none.  Laggards stop following (their
+ * of the rate without them, 0.89 to 0.90 after).  A quarter with once the
+ * others' time had detached healthy endpoints answering in 200 to 400 ms
+ * at the end of each page in bench case 11; and with the others quick,
+ * the 200 ms floor would detach a few receivers far away (300 ms, say)
+ * beside many near ones on every page, only for them to follow again
+ * once caught up: their own answers' time keeps them.  Laggards stop following (their
  * parts become their own pages) and are lagged: one request at a time
  * until an answer (pump_endpoint_cap).  But when most followers are laggards
  * and nothing at all was answered lately, the relay itself, or every
@@ -1786,19 +1794,25 @@ detach_laggards(void)
 	StreamPage *p = stream_page;
 	TimestampTz now = GetCurrentTimestamp();
 	long		wait = DETACH_AFTER_MS;
+	bool		few_left;
 
 	if (p == NULL || p->parts == 0 || followers <= 1)
 		return;
-	if ((p->routed - p->finished) * 4 <= p->routed)
+	few_left = (p->routed - p->finished) * 4 <= p->routed;
+	if (few_left)
 		wait = Max(LAGGARD_MIN_MS,
 				   Min(2 * (p->progress_at - p->read_at) / 1000, DETACH_AFTER_MS));
 	dlist_foreach(iter, &active)
 	{
 		Batch	   *b = dlist_container(Batch, node, iter.cur);
+		long		own = wait;
 
+		/* A receiver known to take its time is given twice that. */
+		if (few_left)
+			own = Min(Max(wait, (long) (2 * b->ep->answer_ms)), DETACH_AFTER_MS);
 		if (b->stream == p && b->pending > 0 &&
 			(b->ep->in_flight > 0 || credentials_fetching(b->ep)) &&
-			TimestampDifferenceExceeds(b->answered_at, now, wait))
+			TimestampDifferenceExceeds(b->answered_at, now, own))
 			slow = lappend(slow, b->ep);
 	}
 	if (list_length(slow) * 2 > followers &&

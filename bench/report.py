@@ -373,7 +373,9 @@ def main():
     env = (f"{r.get('env.cores')} cores ({r.get('env.cpu', '?').replace('_', ' ')}), "
            f"PostgreSQL {r.get('env.pg_version')}, outbox {r.get('env.git', '?')}, "
            f"relay settings {r.get('env.settings')}"
-           + (f" for cases 1 to 7 and the server's defaults ({r['env.default_settings']}) for 8 to 13 and the named cases"
+           + (f" for cases 1 to 7 and the server's defaults"
+              + (f" but {r['env.default_override']}" if "env.default_override" in r else "")
+              + f" ({r['env.default_settings']}) for 8 to 13 and the named cases"
               if "env.default_settings" in r else "")
            + f"; whole run {r.get('env.seconds')} s")
     times = ", ".join(f"{k[5:]} {v} s" for k, v in r.items() if k.startswith("time."))

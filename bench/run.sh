@@ -65,7 +65,10 @@ BATCH_SIZE=${BATCH_SIZE:-500}               # the relay's settings (defaults)
 MAX_CONCURRENCY=${MAX_CONCURRENCY:-64}
 ENDPOINT_CONCURRENCY=${ENDPOINT_CONCURRENCY:-32}
 SENDERS=${SENDERS:-1}                       # outbox.senders (default 0); case 2 also runs with 0
-# Cases 8 to 13, at the server's default relay settings.
+# Cases 8 to 13, at the server's default relay settings; DEFAULT_MAX_CONCURRENCY
+# sets outbox.max_concurrency for them instead (what in-flight requests
+# cost: RESULTS names the settings used).
+DEFAULT_MAX_CONCURRENCY=${DEFAULT_MAX_CONCURRENCY:-}
 MANY_EVENTS=${MANY_EVENTS:-100000}          # cases 8, 9, 10, 12, 13: events a delivery run
 ONE_ROUNDS=${ONE_ROUNDS:-3}                 # case 8: rounds of the relay and of wrk
 MANY_ENDPOINTS=${MANY_ENDPOINTS:-1000}      # cases 9, 12
@@ -452,12 +455,18 @@ use_default_settings()
 {
 	[ -z "$DEFAULT_SETTINGS" ] || return 0
 	sed -i -E '/^outbox\.(batch_size|max_concurrency|endpoint_concurrency|senders) = /d' "$WORK/data/postgresql.conf"
+	if [ -n "$DEFAULT_MAX_CONCURRENCY" ]; then
+		echo "outbox.max_concurrency = $DEFAULT_MAX_CONCURRENCY" >>"$WORK/data/postgresql.conf"
+	fi
 	restart_postgres
 	DEFAULT_SETTINGS=$(sql "SELECT string_agg(replace(name, 'outbox.', '') || '=' || setting, ',' ORDER BY name)
 	                          FROM pg_settings
 	                         WHERE name ~ '^outbox\.(.*concurrency|.*in_flight.*|batch_.*|senders)$'")
-	log "relay settings from here on, the server's defaults: $DEFAULT_SETTINGS"
+	log "relay settings from here on, the server's defaults${DEFAULT_MAX_CONCURRENCY:+ but max_concurrency}: $DEFAULT_SETTINGS"
 	result env.default_settings "$DEFAULT_SETTINGS"
+	if [ -n "$DEFAULT_MAX_CONCURRENCY" ]; then
+		result env.default_override "max_concurrency=$DEFAULT_MAX_CONCURRENCY"
+	fi
 }
 
 # keep_median_round PREFIX: of the rounds PREFIX_1, PREFIX_2, ... in the

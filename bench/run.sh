@@ -65,9 +65,9 @@ BATCH_SIZE=${BATCH_SIZE:-500}               # the relay's settings (defaults)
 MAX_CONCURRENCY=${MAX_CONCURRENCY:-64}
 ENDPOINT_CONCURRENCY=${ENDPOINT_CONCURRENCY:-32}
 SENDERS=${SENDERS:-1}                       # outbox.senders (default 0); case 2 also runs with 0
-# Cases 8 to 13, at the server's default relay settings; DEFAULT_MAX_CONCURRENCY
-# sets outbox.max_concurrency for them instead (what in-flight requests
-# cost: RESULTS names the settings used).
+# Cases 8 to 13 and the named cases, at the server's default relay
+# settings; DEFAULT_MAX_CONCURRENCY sets outbox.max_concurrency for them
+# instead (what requests in flight cost: RESULTS names the settings used).
 DEFAULT_MAX_CONCURRENCY=${DEFAULT_MAX_CONCURRENCY:-}
 MANY_EVENTS=${MANY_EVENTS:-100000}          # cases 8, 9, 10, 12, 13: events a delivery run
 ONE_ROUNDS=${ONE_ROUNDS:-3}                 # case 8: rounds of the relay and of wrk

@@ -14,7 +14,7 @@
 # paused reaches it once resumed, once each, and it follows again.
 # Part 4: a batch read in pages cut by outbox.batch_bytes arrives whole,
 # from the stream and from an endpoint's own pages.
-# Part 5: a receiver that takes 300 ms beside three that answer at once,
+# Part 5: a receiver that takes 600 ms beside three that answer at once,
 # all four subscribed to the same events: once it has answered, the last
 # quarter's short wait (200 ms) does not detach it page after page.
 use strict;
@@ -253,15 +253,16 @@ is(scalar(grep { ($n6->{$_} // 0) != 1 } @own), 0, 'each once at e6');
 # Part 5: a slow receiver beside quick ones keeps following the stream
 ############################################################################
 
-# Each page of one event has four parts: the three quick ones finish in
-# milliseconds, leaving a quarter, whose short wait would be 200 ms; the
-# far one's own answers (300 ms) give it twice that.  Its first page may
-# detach it (it has not answered yet); after that it follows throughout.
+# Each page of one event has five parts (the endpoint "all" of part 1
+# gets it too): the four quick ones finish in milliseconds, leaving a
+# fifth, whose short wait would be 200 ms; the far one's own answers
+# (600 ms) give it twice that, 1.2 s.  Its first page may detach it (it
+# has not answered yet); after that it follows throughout.
 $node->append_conf('postgresql.conf', "log_min_messages = debug1\n");
 $node->reload;
 sql(qq{
 SELECT outbox.create_endpoint('near' || n, '$url/near' || n, '{mix}') FROM generate_series(1, 3) n;
-SELECT outbox.create_endpoint('far', '$url/far?delay=0.3', '{mix}');
+SELECT outbox.create_endpoint('far', '$url/far?delay=0.6', '{mix}');
 });
 my @first = split /\n/, sql(q{SELECT outbox.emit('mix', '{"n": 0}')});
 ok(wait_received($log, got_all('/far', @first)), 'the far receiver answered its first event');

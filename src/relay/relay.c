@@ -1794,25 +1794,26 @@ detach_laggards(void)
 	StreamPage *p = stream_page;
 	TimestampTz now = GetCurrentTimestamp();
 	long		wait = DETACH_AFTER_MS;
-	bool		few_left;
 
 	if (p == NULL || p->parts == 0 || followers <= 1)
 		return;
-	few_left = (p->routed - p->finished) * 4 <= p->routed;
-	if (few_left)
+	if ((p->routed - p->finished) * 4 <= p->routed)
 		wait = Max(LAGGARD_MIN_MS,
 				   Min(2 * (p->progress_at - p->read_at) / 1000, DETACH_AFTER_MS));
 	dlist_foreach(iter, &active)
 	{
 		Batch	   *b = dlist_container(Batch, node, iter.cur);
-		long		own = wait;
+		long		own;
 
-		/* A receiver known to take its time is given twice that. */
-		if (few_left)
-			own = Min(Max(wait, (long) (2 * b->ep->answer_ms)), DETACH_AFTER_MS);
-		if (b->stream == p && b->pending > 0 &&
-			(b->ep->in_flight > 0 || credentials_fetching(b->ep)) &&
-			TimestampDifferenceExceeds(b->answered_at, now, own))
+		if (b->stream != p || b->pending == 0 ||
+			(b->ep->in_flight == 0 && !credentials_fetching(b->ep)))
+			continue;
+		/*
+		 * A receiver known to take its time gets twice its last answer's
+		 * (while more than a quarter are left, wait is the cap already).
+		 */
+		own = Min(Max(wait, (long) (2 * b->ep->answer_ms)), DETACH_AFTER_MS);
+		if (TimestampDifferenceExceeds(b->answered_at, now, own))
 			slow = lappend(slow, b->ep);
 	}
 	if (list_length(slow) * 2 > followers &&

@@ -76,6 +76,28 @@ class Handler(BaseHTTPRequestHandler):
         super().setup()
         self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
+    def handle(self):
+        if isinstance(self.connection, ssl.SSLSocket):
+            try:
+                self.connection.do_handshake()
+            except (ssl.SSLError, OSError):
+                self.refuse()
+                return
+        super().handle()
+
+    def refuse(self):
+        """After a failed handshake (OpenSSL has sent its alert), end the
+        connection so that the client reads that alert: closed with the
+        client's request unread, the socket would answer with a reset, which
+        can reach the client before it reads the alert ("not connected")."""
+        try:
+            self.connection.shutdown(socket.SHUT_WR)
+            self.connection.settimeout(2)
+            while self.connection.recv(65536):
+                pass
+        except OSError:
+            pass
+
     def log_message(self, fmt, *args):
         pass
 

@@ -3,7 +3,8 @@
 # fails (here a deferred trigger, as the restore trigger on positions is),
 # those outcomes must be recorded again later.  Counting them as recorded
 # lost them: a failed event got no retry, and once the rest of its page was
-# recorded the position passed it, so it was never sent again.
+# recorded the position passed it, so it was never sent again.  And such
+# partial progress is recorded soon beside another endpoint's records.
 use strict;
 use warnings;
 use FindBin;
@@ -58,6 +59,49 @@ ok($node->poll_query_until('postgres',
 	'both attempts are in the log')
   or diag sql("SELECT attempt, status, error FROM outbox.attempts WHERE event_id = '$failing'");
 is(sql('SELECT count(*) FROM outbox.retries'), '0', 'nothing is owed any more');
+
+# What finished of a batch partly in flight is recorded within about
+# RECORD_INTERVAL_MS of its answer, also while another endpoint's batches
+# keep finishing and being recorded (a round that runs for those takes it
+# along: record_round).
+sql("SELECT outbox.create_endpoint('part', '$url/part', event_types => '{t.part}', max_in_flight => 2)");
+sql("SELECT outbox.create_endpoint('busy', '$url/busy', event_types => '{t.busy}')");
+# The other endpoint's events, committed one by one for six seconds.
+my $gen = $node->background_psql('postgres', timeout => 120);
+$gen->query_until(qr/busy started/, q{\echo busy started
+DO $$
+BEGIN
+	WHILE clock_timestamp() < statement_timestamp() + interval '6 s' LOOP
+		PERFORM outbox.emit('t.busy', '{}');
+		COMMIT;
+		PERFORM pg_sleep(0.001);
+	END LOOP;
+END
+$$;
+});
+ok($node->poll_query_until('postgres', "SELECT count(*) > 20 FROM outbox.attempts WHERE endpoint = 'busy'"),
+	'busy: its deliveries are recorded as they come');
+my $release2 = PostgreSQL::Test::Utils::tempdir() . '/release2';
+my ($quick) = split /\n/, sql(qq{
+SELECT outbox.emit('t.part', '{"quick": true}')
+UNION ALL
+SELECT outbox.emit('t.part', '{"held": true}', headers => jsonb_build_object('x-test-hold', '$release2'));
+});
+ok(wait_received($log, got_all('/part', $quick)), 'part: the quick event was answered');
+ok($node->poll_query_until('postgres',
+	"SELECT count(*) = 1 FROM outbox.attempts WHERE endpoint = 'part' AND status = 200"),
+	'part: the quick event is recorded');
+my ($answered) = map { $_->{t} } grep { $_->{path} eq '/part' } received($log);
+my $recorded = sql("SELECT extract(epoch FROM at) FROM outbox.attempts WHERE endpoint = 'part' AND status = 200");
+cmp_ok($recorded - $answered, '<', 1.5, 'part: recorded within a second and a half of its answer, while busy kept on')
+  or diag sprintf('recorded %.3f s after the answer', $recorded - $answered);
+is(sql("SELECT in_flight FROM outbox.endpoint_status WHERE name = 'part'"), '1',
+	'part: and while its held event was in flight');
+PostgreSQL::Test::Utils::append_to_file($release2, '');
+ok($node->poll_query_until('postgres',
+	"SELECT count(*) = 2 FROM outbox.attempts WHERE endpoint = 'part' AND status = 200"),
+	'part: the held event is recorded once answered');
+$gen->quit;
 
 $node->stop;
 done_testing();

@@ -64,7 +64,10 @@
 #include "target.h"
 #include "relay.h"
 
-/* How often a batch still partly in flight records what finished. */
+/*
+ * How often what finished of batches still partly in flight is recorded,
+ * all together (record_round).
+ */
 #define RECORD_INTERVAL_MS	10
 /* After a record failed or found its endpoint busy, try again after this. */
 #define RECORD_RETRY_MS		200
@@ -134,6 +137,8 @@ static int64 ahead_after = 0;
  * a crash can repeat is bounded by this interval.
  */
 static long record_wait_ms = -1;
+/* When record_round last ran its step. */
+static TimestampTz last_record_at = 0;
 
 /*
  * Endpoints that do not follow the stream and may read on their own
@@ -1451,12 +1456,18 @@ stream_page_done(bool recorded)
 
 /*
  * Record what finished, of every batch, in one short transaction: one
- * statement, however many endpoints (outbox._record).  A batch still partly
- * in flight records its finished deliveries at most every
- * RECORD_INTERVAL_MS: that bounds what a crash can repeat to the requests
- * in flight and those answered in the last interval (plus what an
- * asynchronous commit had not flushed).  A finished page of an endpoint's
- * own moves its position; once every part of the stream's page is recorded,
+ * statement, however many endpoints (outbox._record).  A round is due when
+ * a batch is complete (a part of the stream's page only when the page
+ * completes with it), or RECORD_INTERVAL_MS after the last round when any
+ * batch has finished deliveries; a round that runs takes what finished of
+ * every batch.  That bounds what a crash can repeat to the requests in
+ * flight and those answered in the last interval (plus what an
+ * asynchronous commit had not flushed).  One clock for all batches, not
+ * one each: with a thousand endpoints on a stream page, each waiting out
+ * its own interval from its own start made a record every 3 ms of about
+ * 60 deliveries (bench case 9), where one clock makes fewer and larger
+ * ones (DESIGN.md, "Recording outcomes").  A finished page of an endpoint's own
+ * moves its position; once every part of the stream's page is recorded,
  * the stream moves; endpoints detached since the last record say so first.
  *
  * What happens next follows from the step's result:
@@ -1479,6 +1490,7 @@ record_round(void)
 	int			room = 16;
 	int			stream_parts_done = 0;
 	bool		page_completes = false;
+	bool		due = TimestampDifferenceExceeds(last_record_at, now, RECORD_INTERVAL_MS);
 	ListCell   *lc;
 	StepResult	result;
 
@@ -1490,9 +1502,9 @@ record_round(void)
 
 	/*
 	 * Does this round complete the stream's page?  Then its parts go now;
-	 * otherwise a finished part waits for the interval like a partial
-	 * batch, so that a thousand endpoints' parts finishing one after
-	 * another make a record every RECORD_INTERVAL_MS, not one each.
+	 * otherwise a finished part waits like a partial batch, so that a
+	 * thousand endpoints' parts finishing one after another make a record
+	 * every RECORD_INTERVAL_MS, not one each.
 	 */
 	if (stream_page != NULL)
 	{
@@ -1514,11 +1526,10 @@ record_round(void)
 
 		if (!complete && b->unrecorded == 0)
 			continue;
-		/* Partial progress, and retries after a refusal, wait a while. */
-		if (!complete || b->record_failed || (b->stream != NULL && !page_completes))
+		/* A retry after a refusal waits RECORD_RETRY_MS, on its own clock. */
+		if (b->record_failed)
 		{
-			long		left = (b->record_failed ? RECORD_RETRY_MS : RECORD_INTERVAL_MS) -
-				TimestampDifferenceMilliseconds(b->last_flush, now);
+			long		left = RECORD_RETRY_MS - TimestampDifferenceMilliseconds(b->last_flush, now);
 
 			if (left > 0)
 			{
@@ -1526,7 +1537,15 @@ record_round(void)
 				record_wait_ms = record_wait_ms < 0 ? left : Min(record_wait_ms, left);
 				continue;
 			}
+			due = true;
 		}
+		/*
+		 * A complete batch makes the round due; partial progress, and a
+		 * part of a page that does not complete yet, go with a round that
+		 * runs anyway.
+		 */
+		else if (complete && (b->stream == NULL || page_completes))
+			due = true;
 		if (r.nbatches == room)
 		{
 			room *= 2;
@@ -1583,7 +1602,17 @@ record_round(void)
 	/* (a detach alone is written too: a paused endpoint may wait on it) */
 	if (r.nbatches == 0 && !r.moves_stream && r.set.ndetach == 0)
 		return;
+	if (!due && !r.moves_stream && r.set.ndetach == 0)
+	{
+		/* only partial progress, before the interval is up */
+		long		left = RECORD_INTERVAL_MS - TimestampDifferenceMilliseconds(last_record_at, now);
 
+		left = Max(left, 1);
+		record_wait_ms = record_wait_ms < 0 ? left : Min(record_wait_ms, left);
+		return;
+	}
+
+	last_record_at = now;
 	result = run_step("outbox: recording outcomes", record_step, &r);
 	if (result == STEP_ABSENT)
 		return;

@@ -62,12 +62,26 @@ is(sql('SELECT count(*) FROM outbox.retries'), '0', 'nothing is owed any more');
 
 # What finished of a batch partly in flight is recorded within about
 # RECORD_INTERVAL_MS of its answer, also while another endpoint's batches
-# keep finishing and being recorded (a round that runs for those takes it
-# along: record_round).
+# keep finishing and being recorded: a round that runs for those takes it
+# along (record_round).  The partial batch is a page of the endpoint's own
+# (it was paused, so it stopped following the stream, and reads on its own
+# once resumed): a part of a stream page would hold the other endpoint's
+# parts back with it.
 sql("SELECT outbox.create_endpoint('part', '$url/part', event_types => '{t.part}', max_in_flight => 2)");
 sql("SELECT outbox.create_endpoint('busy', '$url/busy', event_types => '{t.busy}')");
+sql("SELECT outbox.pause_endpoint('part')");
+ok($node->poll_query_until('postgres',
+	"SELECT NOT p.follows FROM outbox.positions p JOIN outbox.endpoints e ON e.id = p.endpoint_id
+	  WHERE e.name = 'part'"),
+	'part: paused, it does not follow the stream');
+my $release2 = PostgreSQL::Test::Utils::tempdir() . '/release2';
+my ($quick) = split /\n/, sql(qq{
+SELECT outbox.emit('t.part', '{"quick": true}')
+UNION ALL
+SELECT outbox.emit('t.part', '{"held": true}', headers => jsonb_build_object('x-test-hold', '$release2'));
+});
 # The other endpoint's events, committed one by one for six seconds.
-my $gen = $node->background_psql('postgres', timeout => 120);
+my $gen = $node->background_psql('postgres', timeout => 240);
 $gen->query_until(qr/busy started/, q{\echo busy started
 DO $$
 BEGIN
@@ -81,22 +95,20 @@ $$;
 });
 ok($node->poll_query_until('postgres', "SELECT count(*) > 20 FROM outbox.attempts WHERE endpoint = 'busy'"),
 	'busy: its deliveries are recorded as they come');
-my $release2 = PostgreSQL::Test::Utils::tempdir() . '/release2';
-my ($quick) = split /\n/, sql(qq{
-SELECT outbox.emit('t.part', '{"quick": true}')
-UNION ALL
-SELECT outbox.emit('t.part', '{"held": true}', headers => jsonb_build_object('x-test-hold', '$release2'));
-});
+sql("SELECT outbox.resume_endpoint('part')");
 ok(wait_received($log, got_all('/part', $quick)), 'part: the quick event was answered');
 ok($node->poll_query_until('postgres',
 	"SELECT count(*) = 1 FROM outbox.attempts WHERE endpoint = 'part' AND status = 200"),
 	'part: the quick event is recorded');
 my ($answered) = map { $_->{t} } grep { $_->{path} eq '/part' } received($log);
 my $recorded = sql("SELECT extract(epoch FROM at) FROM outbox.attempts WHERE endpoint = 'part' AND status = 200");
-cmp_ok($recorded - $answered, '<', 1.5, 'part: recorded within a second and a half of its answer, while busy kept on')
+cmp_ok($recorded - $answered, '<', 1.5, 'part: recorded within a second and a half of its answer')
   or diag sprintf('recorded %.3f s after the answer', $recorded - $answered);
 is(sql("SELECT in_flight FROM outbox.endpoint_status WHERE name = 'part'"), '1',
-	'part: and while its held event was in flight');
+	'part: while its held event was in flight');
+cmp_ok(sql("SELECT count(DISTINCT at) FROM outbox.attempts
+             WHERE endpoint = 'busy' AND at BETWEEN to_timestamp($answered) - interval '1 s' AND to_timestamp($answered)"),
+	'>=', 3, 'busy: its records went on meanwhile');
 PostgreSQL::Test::Utils::append_to_file($release2, '');
 ok($node->poll_query_until('postgres',
 	"SELECT count(*) = 2 FROM outbox.attempts WHERE endpoint = 'part' AND status = 200"),

@@ -236,7 +236,8 @@ typedef struct Batch
 	int			unrecorded;		/* deliveries with an outcome not yet recorded */
 	Delivery   *d;
 	const char *disable_reason;
-	TimestampTz last_flush;		/* when finished deliveries were last recorded */
+	TimestampTz last_flush;		/* when it was read, or last in a record
+								 * round (a refused record's retry clock) */
 	TimestampTz answered_at;	/* when a request of it was last sent or
 								 * finished (or it was read) */
 	bool		record_failed;	/* the last record failed or was refused */

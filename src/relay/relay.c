@@ -1458,9 +1458,10 @@ stream_page_done(bool recorded)
  * Record what finished, of every batch, in one short transaction: one
  * statement, however many endpoints (outbox._record).  A round is due when
  * a batch is complete (a part of the stream's page only when the page
- * completes with it), or RECORD_INTERVAL_MS after the last round when any
- * batch has finished deliveries; a round that runs takes what finished of
- * every batch.  That bounds what a crash can repeat to the requests in
+ * completes with it), when the stream moves or an endpoint was detached,
+ * when a refused record's RECORD_RETRY_MS is up, or RECORD_INTERVAL_MS
+ * after the last round when any batch has finished deliveries; a round
+ * that runs takes what finished of every batch.  That bounds what a crash can repeat to the requests in
  * flight and those answered in the last interval (plus what an
  * asynchronous commit had not flushed).  One clock for all batches, not
  * one each: with a thousand endpoints on a stream page, each waiting out
@@ -1490,7 +1491,9 @@ record_round(void)
 	int			room = 16;
 	int			stream_parts_done = 0;
 	bool		page_completes = false;
-	bool		due = TimestampDifferenceExceeds(last_record_at, now, RECORD_INTERVAL_MS);
+	/* (a clock set back counts as the interval up) */
+	bool		due = last_record_at > now ||
+		TimestampDifferenceExceeds(last_record_at, now, RECORD_INTERVAL_MS);
 	ListCell   *lc;
 	StepResult	result;
 

@@ -2083,12 +2083,15 @@ COMMENT ON TYPE outbox.endpoint_outcomes IS 'internal: one endpoint''s outcomes 
 
 -- Record, in one statement, finished deliveries of any endpoints, the
 -- pages they complete, and the endpoints that stop following the stream
--- (detach: their own position takes the stream's, before the stream moves).
+-- (detach: their own position takes the stream's, before the stream moves);
+-- quiet names endpoints whose health row needs no write for successes
+-- alone (see the health statement).
 -- Returns the endpoints whose row another transaction holds (a
 -- drop_endpoint() not yet committed): nothing of theirs was recorded, and
 -- the stream did not move; the relay tries them again later.  An endpoint
 -- that is gone has nothing left to record and is not returned.
-CREATE FUNCTION outbox._record(outcomes outbox.outcome[], pages outbox.page_done[], detach integer[])
+CREATE FUNCTION outbox._record(outcomes outbox.outcome[], pages outbox.page_done[], detach integer[],
+                               quiet integer[] DEFAULT '{}')
 RETURNS integer[]
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -2274,15 +2277,21 @@ BEGIN
 
     -- Endpoint health: one row update per endpoint, from the attempts made
     -- (skipped for this record if resume_endpoint() holds the row).  An
-    -- expired event was not sent: it says nothing of the receiver.
+    -- expired event was not sent: it says nothing of the receiver.  The
+    -- endpoints in quiet are left out unless they failed here: the relay
+    -- had their successes counted less than a second ago, with no failure
+    -- since (its probe of each row was a third of a record of a thousand
+    -- endpoints, one delivery each).
     WITH s AS (
-        SELECT e.endpoint_id, e.last_ok, e.fails, e.last_fail FROM unnest(per) e WHERE e.counted
+        SELECT e.endpoint_id, e.last_ok, e.fails, e.last_fail FROM unnest(per) e
+         WHERE e.counted AND (e.fails > 0 OR e.endpoint_id NOT IN (SELECT q FROM unnest(quiet) q))
     )
     -- A row whose only news is another success is written at most once a
-    -- second (last_success_at is that precise): with thousands of endpoints
-    -- on a stream page, a write per endpoint per page cost more than the
-    -- deliveries.  Only the rows written are locked (a lock is a write too:
-    -- before 1.4 every endpoint of the record had its row locked).
+    -- second, and looked at only that often (last_success_at is up to two
+    -- seconds old): with thousands of endpoints on a stream page, a write
+    -- per endpoint per page cost more than the deliveries.  Only the rows
+    -- written are locked (a lock is a write too: before 1.4 every endpoint
+    -- of the record had its row locked).
     UPDATE outbox.endpoint_health h
        SET last_success_at = CASE WHEN s.last_ok IS NOT NULL THEN now() ELSE h.last_success_at END,
            last_failure_at = CASE WHEN s.fails > 0 THEN now() ELSE h.last_failure_at END,
@@ -2348,7 +2357,7 @@ BEGIN
     RETURN locked;
 END
 $$;
-COMMENT ON FUNCTION outbox._record(outbox.outcome[], outbox.page_done[], integer[]) IS
+COMMENT ON FUNCTION outbox._record(outbox.outcome[], outbox.page_done[], integer[], integer[]) IS
     'internal: record finished deliveries of any endpoints in one statement, move the positions of the pages they complete, detach endpoints from the stream';
 
 ----------------------------------------------------------------------------

@@ -445,6 +445,25 @@ SELECT failing_since > now() - interval '1 minute' AS new_period, consecutive_fa
        last_failure_status
   FROM outbox.endpoint_health WHERE endpoint_id = outbox._endpoint_id('fs');
 SELECT disabled_at IS NULL AS enabled FROM outbox.endpoints WHERE name = 'fs';
+-- An endpoint the relay names quiet (it had its successes counted less
+-- than a second ago): successes alone leave its health row alone; a
+-- failure is counted all the same; the next success, not quiet, ends it.
+UPDATE outbox.endpoint_health SET last_success_at = NULL, consecutive_failures = 0, failing_since = NULL
+ WHERE endpoint_id = outbox._endpoint_id('fs');
+SELECT outbox._record(ARRAY[
+         ROW(outbox._endpoint_id('fs'), 4, gen_random_uuid(), 1, 'delivered', NULL, 200, NULL, 1, 'ok', NULL)::outbox.outcome],
+       '{}', '{}', ARRAY[outbox._endpoint_id('fs')]) AS held;
+SELECT last_success_at IS NULL AS untouched FROM outbox.endpoint_health WHERE endpoint_id = outbox._endpoint_id('fs');
+SELECT outbox._record(ARRAY[
+         ROW(outbox._endpoint_id('fs'), 5, gen_random_uuid(), 1, 'retry', now() + interval '1 hour', 503, 'down', 1, 'x', NULL)::outbox.outcome],
+       '{}', '{}', ARRAY[outbox._endpoint_id('fs')]) AS held;
+SELECT consecutive_failures, last_failure_status, failing_since IS NOT NULL AS failing
+  FROM outbox.endpoint_health WHERE endpoint_id = outbox._endpoint_id('fs');
+SELECT outbox._record(ARRAY[
+         ROW(outbox._endpoint_id('fs'), 6, gen_random_uuid(), 1, 'delivered', NULL, 200, NULL, 1, 'ok', NULL)::outbox.outcome],
+       '{}', '{}', '{}') AS held;
+SELECT last_success_at IS NOT NULL AS written, consecutive_failures, failing_since IS NULL AS healthy
+  FROM outbox.endpoint_health WHERE endpoint_id = outbox._endpoint_id('fs');
 -- An outcome is one of outbox.outcome_kind's labels: a misspelt one is an
 -- error, and nothing is recorded.
 SELECT outbox._record(ARRAY[

@@ -4,7 +4,8 @@
 # those outcomes must be recorded again later.  Counting them as recorded
 # lost them: a failed event got no retry, and once the rest of its page was
 # recorded the position passed it, so it was never sent again.  And such
-# partial progress is recorded soon beside another endpoint's records.
+# partial progress is recorded soon beside another endpoint's records, and
+# a success right after a failure reaches the health row.
 use strict;
 use warnings;
 use FindBin;
@@ -114,6 +115,19 @@ ok($node->poll_query_until('postgres',
 	"SELECT count(*) = 2 FROM outbox.attempts WHERE endpoint = 'part' AND status = 200"),
 	'part: the held event is recorded once answered');
 $gen->quit;
+
+# A success just after a failure resets the health row, though the relay
+# had the endpoint's outcomes counted there less than a second before: an
+# endpoint with a failure since is never left quiet (HEALTH_QUIET_MS).
+sql("SELECT outbox.create_endpoint('healed', '$url/healed?status=500&fail_first=1', event_types => '{t.healed}')");
+my $healed = sql(q{SELECT outbox.emit('t.healed', '{}')});
+ok($node->poll_query_until('postgres',
+	"SELECT string_agg(attempt || ':' || status, ',' ORDER BY attempt) = '1:500,2:200'
+	   FROM outbox.attempts WHERE event_id = '$healed'"),
+	'healed: a failure, then a success');
+ok($node->poll_query_until('postgres',
+	"SELECT consecutive_failures = 0 AND last_success_at IS NOT NULL FROM outbox.endpoint_status WHERE name = 'healed'"),
+	'healed: its health shows the success');
 
 $node->stop;
 done_testing();

@@ -81,6 +81,11 @@ typedef struct RelayEndpoint
 								 * none in this relay */
 	TimestampTz last_warning;	/* last "deliveries are failing" report */
 	int			failures_unreported;
+	/* its health row (record_round, HEALTH_QUIET_MS) */
+	TimestampTz health_at;		/* when a record last had its sent outcomes
+								 * counted there; 0: not in this relay */
+	bool		health_failed;	/* and some of them were failures */
+	bool		health_quiet;	/* left out, in the record being made */
 	/* requests in flight: pump_run() (DESIGN.md, The relay loop) */
 	int			max_in_flight;	/* its cap; 0: outbox.endpoint_concurrency */
 	bool		busy;			/* ready, or requests in flight: counted in

@@ -715,7 +715,8 @@ outcome_datum(TupleDesc td, const Datum *kinds, const OutcomeRow *o)
 
 /*
  * Record, in one statement (outbox._record), the set's outcomes, the pages
- * whose positions move and the endpoints that stop following the stream.  Returns how many
+ * whose positions move, the endpoints that stop following the stream, and
+ * those whose health row successes alone need not touch.  Returns how many
  * endpoints another transaction holds (a drop_endpoint() not yet
  * committed), their ids in *locked, allocated in locked_cxt (it outlives
  * the step's transaction): nothing of theirs was recorded, and the stream
@@ -733,16 +734,18 @@ store_record(const RecordSet *set, int **locked, MemoryContext locked_cxt)
 	Datum	   *outcomes = palloc(sizeof(Datum) * Max(set->noutcomes, 1));
 	Datum	   *pages = palloc(sizeof(Datum) * Max(set->npages, 1));
 	Datum	   *detach = palloc(sizeof(Datum) * Max(set->ndetach, 1));
+	Datum	   *quiet = palloc(sizeof(Datum) * Max(set->nquiet, 1));
 	Datum		kinds[OUTCOME_KINDS];
-	Datum		args[3];
+	Datum		args[4];
 	bool		isnull;
 	int			rc;
 
 	if (plan == NULL)
 	{
-		Oid			types[3] = {get_array_type(outcome_type), get_array_type(page_type), INT4ARRAYOID};
+		Oid			types[4] = {get_array_type(outcome_type), get_array_type(page_type), INT4ARRAYOID,
+								INT4ARRAYOID};
 
-		plan = outbox_prepare_kept("SELECT outbox._record($1, $2, $3)", 3, types);
+		plan = outbox_prepare_kept("SELECT outbox._record($1, $2, $3, $4)", 4, types);
 	}
 
 	outcome_kind_values(outcome_td, kinds);
@@ -763,10 +766,13 @@ store_record(const RecordSet *set, int **locked, MemoryContext locked_cxt)
 	}
 	for (int i = 0; i < set->ndetach; i++)
 		detach[i] = Int32GetDatum(set->detach[i]);
+	for (int i = 0; i < set->nquiet; i++)
+		quiet[i] = Int32GetDatum(set->quiet[i]);
 
 	args[0] = PointerGetDatum(construct_array(outcomes, set->noutcomes, outcome_type, -1, false, TYPALIGN_DOUBLE));
 	args[1] = PointerGetDatum(construct_array(pages, set->npages, page_type, -1, false, TYPALIGN_DOUBLE));
 	args[2] = build_array(detach, NULL, set->ndetach, INT4OID);
+	args[3] = build_array(quiet, NULL, set->nquiet, INT4OID);
 	rc = SPI_execute_plan(plan, args, NULL, false, 0);
 	if (rc != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "recording outcomes failed: %s", SPI_result_code_string(rc));

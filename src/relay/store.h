@@ -95,6 +95,9 @@ typedef struct RecordSet
 	int			npages;
 	int		   *detach;			/* endpoints that stop following the stream */
 	int			ndetach;
+	int		   *quiet;			/* endpoints whose successes alone leave
+								 * their health row alone */
+	int			nquiet;
 } RecordSet;
 
 extern Oid	store_extension_oid(void);

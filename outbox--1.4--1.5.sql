@@ -1158,17 +1158,18 @@ BEGIN
     -- (skipped for this record if resume_endpoint() holds the row).  An
     -- expired event was not sent: it says nothing of the receiver.  The
     -- endpoints in quiet are left out unless they failed here: the relay
-    -- had their successes counted less than a second ago, with no failure
-    -- since (its probe of each row was a third of a record of a thousand
-    -- endpoints, one delivery each).
+    -- had their outcomes counted less than a second ago, with no failure
+    -- for a second (its probe of each row was a third of a record of a
+    -- thousand endpoints, one delivery each).
     WITH s AS (
         SELECT e.endpoint_id, e.last_ok, e.fails, e.last_fail FROM unnest(per) e
-         WHERE e.counted AND (e.fails > 0 OR e.endpoint_id NOT IN (SELECT q FROM unnest(quiet) q))
+         WHERE e.counted
+           AND (e.fails > 0 OR NOT EXISTS (SELECT 1 FROM unnest(quiet) q WHERE q = e.endpoint_id))
     )
     -- A row whose only news is another success is written at most once a
-    -- second, and looked at only that often (last_success_at is up to two
-    -- seconds old): with thousands of endpoints on a stream page, a write
-    -- per endpoint per page cost more than the deliveries.  Only the rows
+    -- second, and looked at about that often (last_success_at is about two
+    -- seconds old at most): with thousands of endpoints on a stream page, a
+    -- write per endpoint per page cost more than the deliveries.  Only the rows
     -- written are locked (a lock is a write too: before 1.4 every endpoint
     -- of the record had its row locked).
     UPDATE outbox.endpoint_health h
@@ -1237,7 +1238,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION outbox._record(outbox.outcome[], outbox.page_done[], integer[], integer[]) IS
-    'internal: record finished deliveries of any endpoints in one statement, move the positions of the pages they complete, detach endpoints from the stream';
+    'internal: record finished deliveries of any endpoints in one statement, move the positions of the pages they complete, detach endpoints from the stream, leave the health rows of quiet endpoints alone for successes';
 
 CREATE OR REPLACE FUNCTION outbox._set_aside(s smallint) RETURNS void
 LANGUAGE sql VOLATILE

@@ -447,7 +447,8 @@ SELECT failing_since > now() - interval '1 minute' AS new_period, consecutive_fa
 SELECT disabled_at IS NULL AS enabled FROM outbox.endpoints WHERE name = 'fs';
 -- An endpoint the relay names quiet (it had its successes counted less
 -- than a second ago): successes alone leave its health row alone; a
--- failure is counted all the same; the next success, not quiet, ends it.
+-- failure is counted all the same; the next success, not quiet (another
+-- endpoint is), ends it.
 UPDATE outbox.endpoint_health SET last_success_at = NULL, consecutive_failures = 0, failing_since = NULL
  WHERE endpoint_id = outbox._endpoint_id('fs');
 SELECT outbox._record(ARRAY[
@@ -461,7 +462,7 @@ SELECT consecutive_failures, last_failure_status, failing_since IS NOT NULL AS f
   FROM outbox.endpoint_health WHERE endpoint_id = outbox._endpoint_id('fs');
 SELECT outbox._record(ARRAY[
          ROW(outbox._endpoint_id('fs'), 6, gen_random_uuid(), 1, 'delivered', NULL, 200, NULL, 1, 'ok', NULL)::outbox.outcome],
-       '{}', '{}', '{}') AS held;
+       '{}', '{}', ARRAY[outbox._endpoint_id('fs') + 1000]) AS held;
 SELECT last_success_at IS NOT NULL AS written, consecutive_failures, failing_since IS NULL AS healthy
   FROM outbox.endpoint_health WHERE endpoint_id = outbox._endpoint_id('fs');
 -- An outcome is one of outbox.outcome_kind's labels: a misspelt one is an

@@ -117,8 +117,8 @@ ok($node->poll_query_until('postgres',
 $gen->quit;
 
 # A success just after a failure resets the health row, though the relay
-# had the endpoint's outcomes counted there less than a second before: an
-# endpoint with a failure since is never left quiet (HEALTH_QUIET_MS).
+# had the endpoint's outcomes counted there less than a second before: for
+# a second after a failure no record leaves it quiet (HEALTH_QUIET_MS).
 sql("SELECT outbox.create_endpoint('healed', '$url/healed?status=500&fail_first=1', event_types => '{t.healed}')");
 my $healed = sql(q{SELECT outbox.emit('t.healed', '{}')});
 ok($node->poll_query_until('postgres',

@@ -84,7 +84,7 @@ typedef struct RelayEndpoint
 	/* its health row (record_round, HEALTH_QUIET_MS) */
 	TimestampTz health_at;		/* when a record last had its sent outcomes
 								 * counted there; 0: not in this relay */
-	bool		health_failed;	/* and some of them were failures */
+	TimestampTz health_failed_at;	/* and last one with a failure; 0: none */
 	bool		health_quiet;	/* left out, in the record being made */
 	/* requests in flight: pump_run() (DESIGN.md, The relay loop) */
 	int			max_in_flight;	/* its cap; 0: outbox.endpoint_concurrency */

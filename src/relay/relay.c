@@ -73,11 +73,13 @@
 #define RECORD_RETRY_MS		200
 /*
  * An endpoint whose sent outcomes a record had counted in its health row
- * less than this ago, none of them a failure, is left out of the health
- * statement for successes alone (outbox._record's quiet): the row would
- * not be written for them anyway (a success is written at most once a
- * second), and its probe was a third of a record of a thousand endpoints,
- * one delivery each (bench case 9).
+ * less than this ago, and none a failure for this long, is left out of the
+ * health statement for successes alone (outbox._record's quiet): the row
+ * would not be written for them anyway (a success is written at most once
+ * a second), and its probe was a third of a record of a thousand
+ * endpoints, one delivery each (bench case 9).  After a failure every
+ * record counts its successes for this long, so that one the statement
+ * skipped (the row held elsewhere) is counted again by the next.
  */
 #define HEALTH_QUIET_MS		1000
 /* While idle, latch wake-ups are taken at most this often. */
@@ -1411,7 +1413,7 @@ is_locked(const RecordRound *r, int id)
  * unless one was a failure: outbox._record counts failures always).
  */
 static void
-note_health(Batch *b, TimestampTz now)
+note_health(const Batch *b, TimestampTz now)
 {
 	RelayEndpoint *ep = b->ep;
 	bool		sent = false;
@@ -1419,19 +1421,20 @@ note_health(Batch *b, TimestampTz now)
 
 	for (int i = 0; i < b->n; i++)
 	{
-		Delivery   *d = &b->d[i];
+		const Delivery *d = &b->d[i];
 
-		if (d->state != DELIVERY_DONE || d->recorded || d->outcome == OUTCOME_KIND_DEFERRED ||
-			d->outcome == OUTCOME_KIND_ALREADY || d->outcome == OUTCOME_KIND_EXPIRED)
+		if (d->state != DELIVERY_DONE || d->recorded)
 			continue;
+		if (d->outcome == OUTCOME_KIND_DEFERRED || d->outcome == OUTCOME_KIND_ALREADY ||
+			d->outcome == OUTCOME_KIND_EXPIRED)
+			continue;			/* not sent: not counted */
 		sent = true;
 		failed |= d->outcome != OUTCOME_KIND_DELIVERED;
 	}
-	if (!sent || (ep->health_quiet && !failed))
-		return;
-	/* (another batch of the endpoint may have been noted in this record) */
-	ep->health_failed = failed || (ep->health_at == now && ep->health_failed);
-	ep->health_at = now;
+	if (failed)
+		ep->health_failed_at = now;
+	if (sent && (failed || !ep->health_quiet))
+		ep->health_at = now;
 }
 
 /* A batch recorded whole: what it asks next, and free it. */
@@ -1659,8 +1662,10 @@ record_round(void)
 	{
 		RelayEndpoint *ep = r.batches[i]->ep;
 
-		ep->health_quiet = ep->health_at != 0 && ep->health_at <= now && !ep->health_failed &&
-			!TimestampDifferenceExceeds(ep->health_at, now, HEALTH_QUIET_MS);
+		ep->health_quiet = ep->health_at != 0 && ep->health_at <= now &&
+			!TimestampDifferenceExceeds(ep->health_at, now, HEALTH_QUIET_MS) &&
+			(ep->health_failed_at == 0 ||
+			 TimestampDifferenceExceeds(ep->health_failed_at, now, HEALTH_QUIET_MS));
 		if (ep->health_quiet)
 			r.set.quiet[r.set.nquiet++] = ep->id;
 	}

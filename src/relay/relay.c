@@ -1502,15 +1502,16 @@ stream_page_done(bool recorded)
  * completes with it), when the stream moves or an endpoint was detached,
  * when a refused record's RECORD_RETRY_MS is up, or RECORD_INTERVAL_MS
  * after the last round when any batch has finished deliveries; a round
- * that runs takes what finished of every batch.  That bounds what a crash can repeat to the requests in
- * flight and those answered in the last interval (plus what an
- * asynchronous commit had not flushed).  One clock for all batches, not
- * one each: with a thousand endpoints on a stream page, each waiting out
- * its own interval from its own start made a record every 3 ms of about
- * 60 deliveries (bench case 9), where one clock makes fewer and larger
- * ones (DESIGN.md, "Recording outcomes").  A finished page of an endpoint's own
- * moves its position; once every part of the stream's page is recorded,
- * the stream moves; endpoints detached since the last record say so first.
+ * that runs takes what finished of every batch.  That bounds what a crash
+ * can repeat to the requests in flight and those answered in the last
+ * interval (plus what an asynchronous commit had not flushed).  One clock
+ * for all batches, not one each: with a thousand endpoints on a stream
+ * page, each waiting out its own interval from its own start made a record
+ * every 3 ms of about 60 deliveries (bench case 9), where one clock makes
+ * fewer and larger ones (DESIGN.md, "Recording outcomes").  A finished
+ * page of an endpoint's own moves its position; once every part of the
+ * stream's page is recorded, the stream moves; endpoints detached since
+ * the last record say so first.
  *
  * What happens next follows from the step's result:
  * - done: the deliveries recorded are marked so; a complete batch is freed.

@@ -260,4 +260,15 @@ extern void delivery_settle(Delivery *d, OutcomeKind outcome);
 extern void delivery_defer(Delivery *d, TimestampTz next_at);
 extern void delivery_expire(Delivery *d);
 
+/*
+ * Was a finished delivery sent?  Not when deferred, answered before a
+ * restart, or expired: its outcome then says nothing of the receiver (no
+ * duration, no status in the attempt log, not counted in the health row).
+ */
+static inline bool
+delivery_was_sent(const Delivery *d)
+{
+	return !d->deferred && !d->already && !d->expired;
+}
+
 #endif							/* OUTBOX_DELIVERY_H */

@@ -1370,7 +1370,7 @@ outcome_rows(const RecordRound *r, OutcomeRow **rows)
 			o->attempt = d->attempt;
 			o->outcome = d->outcome;
 			o->next_at = d->next_at;
-			o->sent = !d->deferred && !d->already && !d->expired;
+			o->sent = delivery_was_sent(d);
 			o->status = d->result.status;
 			o->error = d->result.error;
 			o->duration_ms = d->result.duration_ms;
@@ -1423,11 +1423,8 @@ note_health(const Batch *b, TimestampTz now)
 	{
 		const Delivery *d = &b->d[i];
 
-		if (d->state != DELIVERY_DONE || d->recorded)
+		if (d->state != DELIVERY_DONE || d->recorded || !delivery_was_sent(d))
 			continue;
-		if (d->outcome == OUTCOME_KIND_DEFERRED || d->outcome == OUTCOME_KIND_ALREADY ||
-			d->outcome == OUTCOME_KIND_EXPIRED)
-			continue;			/* not sent: not counted */
 		sent = true;
 		failed |= d->outcome != OUTCOME_KIND_DELIVERED;
 	}
@@ -1865,14 +1862,15 @@ want_more(void)
  * at the end of each page in bench case 11; and with the others quick,
  * the 200 ms floor would detach a few receivers far away (300 ms, say)
  * beside many near ones on every page, only for them to follow again
- * once caught up: their own answers' time keeps them.  Laggards stop following (their
- * parts become their own pages) and are lagged: one request at a time
- * until an answer (pump_endpoint_cap).  But when most followers are laggards
- * and nothing at all was answered lately, the relay itself, or every
- * receiver, may be stalled: detaching them all would only make each read
- * on its own (seen once in bench case 12 with a starved relay: 900
- * endpoints detached at once).  Then the page waits, up to DETACH_HOLD_MS.
- * An endpoint alone on the stream holds nobody back.
+ * once caught up: their own answers' time keeps them.  Laggards stop
+ * following (their parts become their own pages) and are lagged: one
+ * request at a time until an answer (pump_endpoint_cap).  But when most
+ * followers are laggards and nothing at all was answered lately, the
+ * relay itself, or every receiver, may be stalled: detaching them all
+ * would only make each read on its own (seen once in bench case 12 with a
+ * starved relay: 900 endpoints detached at once).  Then the page waits,
+ * up to DETACH_HOLD_MS.  An endpoint alone on the stream holds nobody
+ * back.
  */
 static void
 detach_laggards(void)

@@ -512,6 +512,17 @@ build_array(Datum *values, bool *nulls, int n, Oid type)
 											  type, typlen, typbyval, typalign));
 }
 
+/* n ints as an int4[] argument. */
+static Datum
+int_array_datum(const int *values, int n)
+{
+	Datum	   *v = palloc(sizeof(Datum) * Max(n, 1));
+
+	for (int i = 0; i < n; i++)
+		v[i] = Int32GetDatum(values[i]);
+	return build_array(v, NULL, n, INT4OID);
+}
+
 /* An int4[] result's elements, allocated in cxt; returns how many. */
 static int
 int_array(Datum arr, int **out, MemoryContext cxt)
@@ -553,9 +564,7 @@ store_route_checks(int n, const int *eids, const pg_uuid_t *const *event_ids,
 		plan = outbox_prepare_kept("SELECT delivered, blocked FROM outbox._route_checks($1, $2, $3, $4, $5)",
 								   5, types);
 	}
-	for (int i = 0; i < n; i++)
-		v[i] = Int32GetDatum(eids[i]);
-	args[0] = build_array(v, NULL, n, INT4OID);
+	args[0] = int_array_datum(eids, n);
 	for (int i = 0; i < n; i++)
 		v[i] = UUIDPGetDatum(event_ids[i]);
 	args[1] = build_array(v, NULL, n, UUIDOID);
@@ -594,7 +603,6 @@ int
 store_attach(const int *candidates, int n, int **attached)
 {
 	static SPIPlanPtr plan = NULL;
-	Datum	   *v = palloc(sizeof(Datum) * Max(n, 1));
 	Datum		arg;
 	bool		isnull;
 	int			rc;
@@ -605,9 +613,7 @@ store_attach(const int *candidates, int n, int **attached)
 
 		plan = outbox_prepare_kept("SELECT outbox._attach($1)", 1, types);
 	}
-	for (int i = 0; i < n; i++)
-		v[i] = Int32GetDatum(candidates[i]);
-	arg = build_array(v, NULL, n, INT4OID);
+	arg = int_array_datum(candidates, n);
 	rc = SPI_execute_plan(plan, &arg, NULL, false, 0);
 	if (rc != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "attaching endpoints failed: %s", SPI_result_code_string(rc));
@@ -733,8 +739,6 @@ store_record(const RecordSet *set, int **locked, MemoryContext locked_cxt)
 	TupleDesc	page_td = lookup_rowtype_tupdesc_copy(page_type, -1);
 	Datum	   *outcomes = palloc(sizeof(Datum) * Max(set->noutcomes, 1));
 	Datum	   *pages = palloc(sizeof(Datum) * Max(set->npages, 1));
-	Datum	   *detach = palloc(sizeof(Datum) * Max(set->ndetach, 1));
-	Datum	   *quiet = palloc(sizeof(Datum) * Max(set->nquiet, 1));
 	Datum		kinds[OUTCOME_KINDS];
 	Datum		args[4];
 	bool		isnull;
@@ -764,15 +768,11 @@ store_record(const RecordSet *set, int **locked, MemoryContext locked_cxt)
 		v[3] = BoolGetDatum(p->batch_done);
 		pages[i] = HeapTupleGetDatum(heap_form_tuple(page_td, v, nulls));
 	}
-	for (int i = 0; i < set->ndetach; i++)
-		detach[i] = Int32GetDatum(set->detach[i]);
-	for (int i = 0; i < set->nquiet; i++)
-		quiet[i] = Int32GetDatum(set->quiet[i]);
 
 	args[0] = PointerGetDatum(construct_array(outcomes, set->noutcomes, outcome_type, -1, false, TYPALIGN_DOUBLE));
 	args[1] = PointerGetDatum(construct_array(pages, set->npages, page_type, -1, false, TYPALIGN_DOUBLE));
-	args[2] = build_array(detach, NULL, set->ndetach, INT4OID);
-	args[3] = build_array(quiet, NULL, set->nquiet, INT4OID);
+	args[2] = int_array_datum(set->detach, set->ndetach);
+	args[3] = int_array_datum(set->quiet, set->nquiet);
 	rc = SPI_execute_plan(plan, args, NULL, false, 0);
 	if (rc != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "recording outcomes failed: %s", SPI_result_code_string(rc));

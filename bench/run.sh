@@ -993,6 +993,31 @@ case_ahead()
 	start_relay
 }
 
+# Case record (issue 11: what a record costs does not grow with its
+# size): outbox._record of one delivery each for 100 and then for 1,000
+# endpoints whose health rows are due for a write, as on a stream page of
+# that many endpoints (bench/sql/record.sql), with the relay stopped.  The
+# ratio is the time per endpoint at 1,000 against at 100.  Not in the
+# default list: BENCH_CASES=record runs it.
+case_record()
+{
+	local n ms
+
+	stop_relay
+	reset_outbox
+	new_endpoints rec 1 1000 "http://127.0.0.1:$NGINX_PORT/rec" rec.e "30 seconds" on
+	for n in 100 1000; do
+		ms=$(psql_q -At -v n="$n" -f "$BENCH/sql/record.sql" | tail -n 1)
+		result "record_$n.ms" "$ms"
+		log "case record: $n endpoints, one delivery each, health rows due: $ms ms a record" \
+			"($(echo "$ms $n" | awk '{printf "%.1f", $1 * 1000 / $2}') µs an endpoint)"
+	done
+	log "  µs an endpoint, 1,000 against 100: $(awk '/^record_100.ms /{a=$2} /^record_1000.ms /{b=$2}
+		END {printf "%.2f", (b / 1000) / (a / 100)}' "$RESULTS")"
+	reset_outbox
+	start_relay
+}
+
 # receiver_status FIELD: a counter of slow_receiver.js.
 receiver_status()
 {
@@ -1336,6 +1361,7 @@ main()
 	run_case 16 case_rabbitmq
 	run_case views case_views
 	run_case ahead case_ahead
+	run_case record case_record
 
 	result env.seconds "$(($(date +%s) - T0))"
 	result env.cases "${BENCH_CASES// /,}"

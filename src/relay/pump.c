@@ -78,6 +78,70 @@ static TimestampTz last_answer_at = 0;
 static dlist_head ready = DLIST_STATIC_INIT(ready);
 static int	busy_endpoints = 0;
 
+/*
+ * Fresh requests (DESIGN.md, The relay loop).  Of the requests that take
+ * slots, at most FRESH_MAX are fresh at once: sent since the relay last
+ * spent FRESH_WAIT_US blocked, waiting for answers (http_blocked_us).  A
+ * relay at a full core with answers coming at once hardly waits, so its
+ * requests stay fresh until answered, and it keeps about FRESH_MAX in
+ * flight: more would cost each request more and gain nothing (bench case
+ * 9).  A relay that waits for its receivers sees its requests age within a
+ * few ms, and then only the slots, the caps and the shares bound them
+ * (bench case 11); a request that hangs stops counting as soon.  An
+ * endpoint whose last answer took SLOW_ANSWER_MS or more is not counted:
+ * its requests would age before their answers came, and holding them back
+ * only lengthens the life of the page they are part of.  The list is in
+ * the order sent, which is the order they age in.
+ */
+#define FRESH_MAX		64
+#define FRESH_WAIT_US	1000
+static dlist_head fresh = DLIST_STATIC_INIT(fresh);
+static int	n_fresh = 0;
+
+static void
+unfresh(Delivery *d)
+{
+	if (!d->fresh)
+		return;
+	d->fresh = false;
+	dlist_delete(&d->fresh_node);
+	n_fresh--;
+}
+
+/* Requests sent before the relay's last FRESH_WAIT_US of waiting age. */
+static void
+age_fresh(void)
+{
+	int64		blocked = http_blocked_us();
+
+	while (!dlist_is_empty(&fresh))
+	{
+		Delivery   *d = dlist_head_element(Delivery, fresh_node, &fresh);
+
+		if (d->fresh_until > blocked)
+			break;
+		unfresh(d);
+	}
+}
+
+/* Do ep's requests count as fresh?  (Those of one known to be slow not.) */
+static bool
+counts_fresh(const RelayEndpoint *ep)
+{
+	return target_takes_slot(ep->target) && ep->answer_ms < SLOW_ANSWER_MS;
+}
+
+/*
+ * May no more requests that take slots be sent now, to ep (to any
+ * endpoint: NULL)?
+ */
+static bool
+out_of_slots(int slots, const RelayEndpoint *ep)
+{
+	return slots_taken >= slots ||
+		(n_fresh >= FRESH_MAX && (ep == NULL || counts_fresh(ep)));
+}
+
 /* An endpoint's part in the fair share: deliveries waiting, or in flight. */
 static void
 update_busy(RelayEndpoint *ep)
@@ -180,6 +244,13 @@ submit(Delivery *d)
 	d->took_slot = target_takes_slot(ep->target);
 	if (d->took_slot)
 		slots_taken++;
+	if (counts_fresh(ep))
+	{
+		d->fresh = true;
+		d->fresh_until = http_blocked_us() + FRESH_WAIT_US;
+		dlist_push_tail(&fresh, &d->fresh_node);
+		n_fresh++;
+	}
 	d->batch->answered_at = GetCurrentTimestamp();	/* its clock starts */
 	update_busy(ep);
 	show_in_flight(ep);
@@ -265,7 +336,7 @@ pump_batch(Batch *b, int limit, int slots, TimestampTz now)
 				fail_unsent(d, b->ep->auth->failure);
 				continue;
 		}
-		if ((slots_taken >= slots && target_takes_slot(b->ep->target)) ||
+		if ((target_takes_slot(b->ep->target) && out_of_slots(slots, b->ep)) ||
 			b->ep->in_flight >= limit)
 		{
 			if (all_settled)
@@ -337,6 +408,7 @@ pump_run(dlist_head *active)
 	TimestampTz now = GetCurrentTimestamp();
 	RelayEndpoint *released;
 
+	age_fresh();
 	while ((released = limit_next_released(now)) != NULL)
 	{
 		make_ready(released);
@@ -363,13 +435,26 @@ pump_run(dlist_head *active)
 			pump_endpoint(ep, pump_endpoint_cap(ep), slots, now);
 	}
 
-	while (!dlist_is_empty(&ready) && slots_taken < slots)
+	while (!dlist_is_empty(&ready) && !out_of_slots(slots, NULL))
 	{
 		RelayEndpoint *ep = dlist_head_element(RelayEndpoint, ready_node, &ready);
 		int			cap = pump_endpoint_cap(ep);
 		int			share = (slots + busy_endpoints) / (busy_endpoints + 1);
 
 		pump_endpoint(ep, Min(cap, share), slots, now);
+	}
+
+	/* With the fresh requests full, slow endpoints may still use slots. */
+	dlist_foreach_modify(miter, &ready)
+	{
+		RelayEndpoint *ep = dlist_container(RelayEndpoint, ready_node, miter.cur);
+		int			cap = pump_endpoint_cap(ep);
+		int			share = (slots + busy_endpoints) / (busy_endpoints + 1);
+
+		if (slots_taken >= slots)
+			break;
+		if (target_takes_slot(ep->target) && !counts_fresh(ep))
+			pump_endpoint(ep, Min(cap, share), slots, now);
 	}
 }
 
@@ -535,6 +620,7 @@ pump_collect(void)
 		in_flight--;
 		if (d->took_slot)
 			slots_taken--;
+		unfresh(d);
 		show_in_flight(ep);
 
 		/*
@@ -558,6 +644,22 @@ int
 pump_in_flight(void)
 {
 	return in_flight;
+}
+
+/*
+ * How long the relay may wait before its oldest fresh request ages, in ms,
+ * when deliveries wait for that (the fresh ones are FRESH_MAX); -1 when
+ * none do.
+ */
+long
+pump_ms_to_age(void)
+{
+	Delivery   *d;
+
+	if (n_fresh < FRESH_MAX || dlist_is_empty(&ready))
+		return -1;
+	d = dlist_head_element(Delivery, fresh_node, &fresh);
+	return Max(0, (d->fresh_until - http_blocked_us() + 999) / 1000);
 }
 
 /* Does any endpoint have deliveries that wait to be submitted now? */

@@ -29,6 +29,7 @@ extern int	pump_endpoint_cap(const RelayEndpoint *ep);
 extern void pump_run(dlist_head *active);
 extern void pump_collect(void);
 extern int	pump_in_flight(void);
+extern long pump_ms_to_age(void);
 extern bool pump_any_ready(void);
 extern TimestampTz pump_last_answer_at(void);
 

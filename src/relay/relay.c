@@ -2120,6 +2120,10 @@ outbox_relay_main(Datum arg)
 		until_release = limit_ms_to_release(GetCurrentTimestamp());
 		if (until_release >= 0)
 			until_poll = Min(until_poll, until_release);
+		/* Deliveries that wait for fresh requests to age go in time. */
+		until_release = pump_ms_to_age();
+		if (until_release >= 0)
+			until_poll = Min(until_poll, until_release);
 		step_start = GetCurrentTimestamp();
 		waiting_on_http = pump_in_flight() > 0;
 		if (target_wait(Max(until_poll, 0)))

@@ -1044,6 +1044,15 @@ act_on_timers(void)
 	}
 }
 
+/* Time this process spent asleep in http_wait(), in µs (pump.c). */
+static int64 blocked_us = 0;
+
+int64
+http_blocked_us(void)
+{
+	return blocked_us;
+}
+
 /*
  * Sleep until the latch is set, a socket libcurl watches is ready, libcurl's
  * timer is due, or timeout_ms passed; then let libcurl do its work.
@@ -1057,6 +1066,7 @@ http_wait(long timeout_ms)
 	bool		latch = false;
 	long		wait_ms = timeout_ms;
 	TimestampTz first_due = current->timer_due;
+	TimestampTz blocked_from;
 	dlist_iter	iter;
 
 	dlist_foreach(iter, &retiring)
@@ -1070,7 +1080,9 @@ http_wait(long timeout_ms)
 		wait_ms = Min(wait_ms, Max(0, TimestampDifferenceMilliseconds(GetCurrentTimestamp(), first_due)));
 	build_wait_set();
 
+	blocked_from = GetCurrentTimestamp();
 	n = WaitEventSetWait(wait_set, wait_ms, events, lengthof(events), PG_WAIT_EXTENSION);
+	blocked_us += GetCurrentTimestamp() - blocked_from;
 	for (int i = 0; i < n; i++)
 	{
 		if (events[i].events & WL_LATCH_SET)

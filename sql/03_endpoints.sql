@@ -472,3 +472,26 @@ SELECT outbox._record(ARRAY[
        '{}', '{}') AS held;
 SELECT count(*) AS attempts_of_3 FROM outbox.attempt_log WHERE id = 3;
 SELECT outbox.drop_endpoint('fs');
+-- A record reaches the rows of its endpoints by key, however stale the
+-- statistics: here they were taken after 2,000 endpoints had been dropped
+-- (no live rows, and the pages kept), so the planner takes the health rows
+-- and positions of 2,000 new ones for empty.  Joined on the key alone, the
+-- plan walked every row of both tables as its outer side, on every record.
+SELECT count(outbox.create_endpoint('churn' || n, 'http://127.0.0.1:9/c', ARRAY['churn.t']))
+  FROM generate_series(1, 2000) n;
+SELECT count(outbox.drop_endpoint('churn' || n)) FROM generate_series(1, 2000) n;
+ANALYZE outbox.endpoint_health;
+ANALYZE outbox.positions;
+SELECT count(outbox.create_endpoint('churn' || n, 'http://127.0.0.1:9/c', ARRAY['churn.t']))
+  FROM generate_series(1, 2000) n;
+-- (the counts below are this session's since its last report: report now)
+SELECT pg_stat_force_next_flush();
+BEGIN;
+SELECT count(outbox._record(ARRAY[
+         ROW(outbox._endpoint_id('churn1'), 7, gen_random_uuid(), 1, 'delivered', NULL, 200, NULL, 1, 'ok', NULL)::outbox.outcome],
+       ARRAY[ROW(outbox._endpoint_id('churn1'), 'none', 7, false)::outbox.page_done], '{}'))
+  FROM generate_series(1, 8) AS records;
+SELECT relname, idx_tup_fetch < 100 AS by_key
+  FROM pg_stat_xact_user_tables WHERE relname IN ('endpoint_health', 'positions') ORDER BY relname;
+ROLLBACK;
+SELECT count(outbox.drop_endpoint('churn' || n)) FROM generate_series(1, 2000) n;

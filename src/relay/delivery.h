@@ -149,6 +149,7 @@ typedef struct Delivery
 	/* and counts as fresh until the relay waited that long (pump.c) */
 	bool		fresh;
 	int64		fresh_until;	/* in http_blocked_us() */
+	TimestampTz fresh_by;		/* or by the clock */
 	dlist_node	fresh_node;
 } Delivery;
 

@@ -80,8 +80,9 @@ static int	busy_endpoints = 0;
 
 /*
  * Fresh requests (DESIGN.md, The relay loop).  Of the requests that take
- * slots, at most FRESH_MAX are fresh at once: sent since the relay last
- * spent FRESH_WAIT_US blocked, waiting for answers (http_blocked_us).  A
+ * slots, at most FRESH_MAX per sending process are fresh at once: sent
+ * since the relay last spent FRESH_WAIT_US blocked, waiting for answers
+ * (http_blocked_us), and less than FRESH_WALL_MS ago.  A
  * relay at a full core with answers coming at once hardly waits, so its
  * requests stay fresh until answered, and it keeps about FRESH_MAX in
  * flight: more would cost each request more and gain nothing (bench case
@@ -95,6 +96,7 @@ static int	busy_endpoints = 0;
  */
 #define FRESH_MAX		64
 #define FRESH_WAIT_US	1000
+#define FRESH_WALL_MS	SLOW_ANSWER_MS
 static dlist_head fresh = DLIST_STATIC_INIT(fresh);
 static int	n_fresh = 0;
 
@@ -108,17 +110,34 @@ unfresh(Delivery *d)
 	n_fresh--;
 }
 
-/* Requests sent before the relay's last FRESH_WAIT_US of waiting age. */
+/*
+ * How many requests may be fresh at once: FRESH_MAX for each process that
+ * sends them, the relay and its senders (sender.c).
+ */
+static int
+fresh_max(void)
+{
+	return FRESH_MAX * (1 + outbox_senders);
+}
+
+/*
+ * Requests sent before the relay's last FRESH_WAIT_US of waiting age, and
+ * so do those sent FRESH_WALL_MS ago or more: a relay whose latch is set
+ * again before each wait, or that spends its time in SQL, may hardly
+ * wait at all, and requests that hang must not hold the others back until
+ * their timeout.
+ */
 static void
 age_fresh(void)
 {
 	int64		blocked = http_blocked_us();
+	TimestampTz now = GetCurrentTimestamp();
 
 	while (!dlist_is_empty(&fresh))
 	{
 		Delivery   *d = dlist_head_element(Delivery, fresh_node, &fresh);
 
-		if (d->fresh_until > blocked)
+		if (d->fresh_until > blocked && d->fresh_by > now)
 			break;
 		unfresh(d);
 	}
@@ -139,7 +158,7 @@ static bool
 out_of_slots(int slots, const RelayEndpoint *ep)
 {
 	return slots_taken >= slots ||
-		(n_fresh >= FRESH_MAX && (ep == NULL || counts_fresh(ep)));
+		(n_fresh >= fresh_max() && (ep == NULL || counts_fresh(ep)));
 }
 
 /* An endpoint's part in the fair share: deliveries waiting, or in flight. */
@@ -248,6 +267,7 @@ submit(Delivery *d)
 	{
 		d->fresh = true;
 		d->fresh_until = http_blocked_us() + FRESH_WAIT_US;
+		d->fresh_by = GetCurrentTimestamp() + FRESH_WALL_MS * INT64CONST(1000);
 		dlist_push_tail(&fresh, &d->fresh_node);
 		n_fresh++;
 	}
@@ -448,13 +468,13 @@ pump_run(dlist_head *active)
 	dlist_foreach_modify(miter, &ready)
 	{
 		RelayEndpoint *ep = dlist_container(RelayEndpoint, ready_node, miter.cur);
-		int			cap = pump_endpoint_cap(ep);
-		int			share = (slots + busy_endpoints) / (busy_endpoints + 1);
 
 		if (slots_taken >= slots)
 			break;
 		if (target_takes_slot(ep->target) && !counts_fresh(ep))
-			pump_endpoint(ep, Min(cap, share), slots, now);
+			pump_endpoint(ep, Min(pump_endpoint_cap(ep),
+								  (slots + busy_endpoints) / (busy_endpoints + 1)),
+						  slots, now);
 	}
 }
 
@@ -656,10 +676,11 @@ pump_ms_to_age(void)
 {
 	Delivery   *d;
 
-	if (n_fresh < FRESH_MAX || dlist_is_empty(&ready))
+	if (n_fresh < fresh_max() || dlist_is_empty(&ready))
 		return -1;
 	d = dlist_head_element(Delivery, fresh_node, &fresh);
-	return Max(0, (d->fresh_until - http_blocked_us() + 999) / 1000);
+	return Max(0, Min((d->fresh_until - http_blocked_us() + 999) / 1000,
+					  TimestampDifferenceMilliseconds(GetCurrentTimestamp(), d->fresh_by) + 1));
 }
 
 /* Does any endpoint have deliveries that wait to be submitted now? */

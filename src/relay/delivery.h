@@ -146,7 +146,7 @@ typedef struct Delivery
 	TargetResult result;		/* of its attempt: target_submit() to
 								 * target_next_done() */
 	bool		took_slot;		/* its attempt holds one of the relay's slots */
-	/* and counts as fresh until the relay waited that long (pump.c) */
+	/* and counts as fresh until the relay waited this long (pump.c) */
 	bool		fresh;
 	int64		fresh_until;	/* in http_blocked_us() */
 	TimestampTz fresh_by;		/* or by the clock */

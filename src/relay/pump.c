@@ -668,7 +668,7 @@ pump_in_flight(void)
 
 /*
  * How long the relay may wait before its oldest fresh request ages, in ms,
- * when deliveries wait for that (the fresh ones are FRESH_MAX); -1 when
+ * when deliveries wait for that (the fresh ones are fresh_max()); -1 when
  * none do.
  */
 long

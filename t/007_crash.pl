@@ -266,8 +266,16 @@ SELECT pid FROM pg_stat_activity
  ORDER BY application_name = 'crash_client' DESC, random() LIMIT 1});
 		die "round $round: no backend to kill" unless $victim_pid;
 		$t_crash = time();
-		# A client may just have finished: then the victim it is.
-		unless (kill 'KILL', $victim_pid)
+		# A client may just have finished: then the victim it is.  Its
+		# backend may also be exiting, or exited and not yet reaped: the
+		# kill then succeeds and nothing crashes.  So the victim too, unless
+		# the postmaster soon says the client's backend was killed.
+		my $killed = kill 'KILL', $victim_pid;
+		my $said = qr/server process \(PID $victim_pid\) was terminated by signal 9/;
+		my $until = time() + 5;
+		usleep(50_000) while $killed && time() < $until
+		  && slurp_file($node->logfile, $log_offset) !~ $said;
+		unless ($killed && slurp_file($node->logfile, $log_offset) =~ $said)
 		{
 			$victim_pid = $node->safe_psql('postgres',
 				"SELECT pid FROM pg_stat_activity WHERE application_name = 'crash_victim'");

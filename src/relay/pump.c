@@ -410,6 +410,16 @@ pump_endpoint(RelayEndpoint *ep, int limit, int slots, TimestampTz now)
 }
 
 /*
+ * What an endpoint whose deliveries take slots may have in flight: its cap,
+ * and at most its fair share of the slots (above: Slots).
+ */
+static int
+share_limit(const RelayEndpoint *ep, int slots)
+{
+	return Min(pump_endpoint_cap(ep), (slots + busy_endpoints) / (busy_endpoints + 1));
+}
+
+/*
  * Submit what the slots allow, endpoint by endpoint in the order of the
  * ready list, each up to its limit; due retries before new events.  An
  * endpoint that got what it may leaves the list (pump_collect puts it back
@@ -458,10 +468,8 @@ pump_run(dlist_head *active)
 	while (!dlist_is_empty(&ready) && !out_of_slots(slots, NULL))
 	{
 		RelayEndpoint *ep = dlist_head_element(RelayEndpoint, ready_node, &ready);
-		int			cap = pump_endpoint_cap(ep);
-		int			share = (slots + busy_endpoints) / (busy_endpoints + 1);
 
-		pump_endpoint(ep, Min(cap, share), slots, now);
+		pump_endpoint(ep, share_limit(ep, slots), slots, now);
 	}
 
 	/* With the fresh requests full, slow endpoints may still use slots. */
@@ -472,9 +480,7 @@ pump_run(dlist_head *active)
 		if (slots_taken >= slots)
 			break;
 		if (target_takes_slot(ep->target) && !counts_fresh(ep))
-			pump_endpoint(ep, Min(pump_endpoint_cap(ep),
-								  (slots + busy_endpoints) / (busy_endpoints + 1)),
-						  slots, now);
+			pump_endpoint(ep, share_limit(ep, slots), slots, now);
 	}
 }
 

@@ -196,6 +196,24 @@ def rate_and_cpu(r, label):
             f"private {fmt(num(r, f'{label}.rssanon_peak_kb') / 1024)} MB{flags})")
 
 
+def each_round(r, row, case, label, against=None):
+    """A row of a case's rates in each round (the medians count), and of
+    those it is measured against."""
+    if f"{label}.rounds" not in r:
+        return
+    def rounds(key):
+        return [float(x) for x in r[f"{key}.rounds"].split(",")]
+
+    def rates(key):
+        return ", ".join(f"{fmt(x)}/s" for x in rounds(key))
+
+    if against is None:
+        row(f"{case}: each round (the medians count)", rates(label), "", "", "", None)
+    else:
+        row(f"{case}: each round (the medians count)", rates(label), f"alone {rates(against)}",
+            ", ".join(fmt(ratio(a, b)) for a, b in zip(rounds(label), rounds(against))), "", None)
+
+
 def build_rows_issue11(r, row):
     """Cases 8 to 13, expiry and rate, run at the server's default relay settings."""
     one = num(r, "one.rate")
@@ -220,6 +238,7 @@ def build_rows_issue11(r, row):
             f"{int(num(r, f'{label}.deliveries')):,} deliveries",
             rate_and_cpu(r, label), f"case 8 {fmt(one)}/s", fmt(ratio(rate, one)),
             f"≥ {target:.2f}", ratio(rate, one) >= target)
+        each_round(r, row, f"9 {int(num(r, f'{label}.endpoints')):,} endpoints", label)
 
     # 10. Idle endpoints beside busy ones
     if "idle_beside.rate" in r:
@@ -228,6 +247,7 @@ def build_rows_issue11(r, row):
             f"{int(num(r, 'idle_beside.endpoints')):,} defined",
             rate_and_cpu(r, "idle_beside"), f"alone {rate_and_cpu(r, 'idle_alone')}",
             fmt(ratio(beside, alone)), "≥ 0.90", ratio(beside, alone) >= 0.90)
+        each_round(r, row, "10", "idle_beside", "idle_alone")
 
     # 11. A receiver that answers late
     ceiling = num(r, "slow_wrk.rate")
@@ -256,6 +276,7 @@ def build_rows_issue11(r, row):
             rate_and_cpu(r, "hang_beside") + f"; {int(num(r, 'hang_beside.bad_attempts')):,} attempts "
             f"to the {bad}", f"alone {rate_and_cpu(r, 'hang_alone')}",
             fmt(ratio(beside, alone)), "≥ 0.90", ratio(beside, alone) >= 0.90)
+        each_round(r, row, "12", "hang_beside", "hang_alone")
 
     # expiry: expiry and priority in use against off (issue 14, items 2 and 3)
     if "ctl_on.rate" in r:

@@ -74,6 +74,7 @@ ONE_ROUNDS=${ONE_ROUNDS:-3}                 # case 8: rounds of the relay and of
 MANY_ENDPOINTS=${MANY_ENDPOINTS:-1000}      # cases 9, 12
 MANY_ENDPOINTS_LARGE=${MANY_ENDPOINTS_LARGE:-10000}  # cases 9, 10
 BUSY_ENDPOINTS=${BUSY_ENDPOINTS:-10}        # case 10: those of the large set that get events
+MANY_ROUNDS=${MANY_ROUNDS:-3}               # cases 9, 10, 12: rounds (the medians count)
 VIEW_EVENTS=${VIEW_EVENTS:-10000}          # case views: events waiting for the busy endpoints
 SLOW_DELAY_MS=${SLOW_DELAY_MS:-200}         # case 11: the receiver's delay
 SLOW_ENDPOINTS=${SLOW_ENDPOINTS:-200}
@@ -881,51 +882,70 @@ case_one_default()
 
 # Case 9: MANY_EVENTS events spread over 1,000 and then 10,000 endpoints,
 # each subscribed to an event type of its own, on nginx; against case 8.
+# MANY_ROUNDS rounds of both (the medians count).
 case_many_endpoints()
 {
-	local label n per
+	local label n per round
 
 	[ -n "$(figure one.rate)" ] || case_one_default
 	use_default_settings
-	for label in many_small many_large; do
-		n=$MANY_ENDPOINTS
-		[ "$label" = many_large ] && n=$MANY_ENDPOINTS_LARGE
-		per=$((MANY_EVENTS / n))
-		log "case 9: $n endpoints, each with its own event type, $per events each, receiver answering at once"
-		fresh_outbox
-		new_endpoints many 1 "$n" "http://127.0.0.1:$NGINX_PORT/many" bench.e "30 seconds" off
-		follow_stream many "$n"
-		emit_prepared $((per * n)) "$n"
-		deliver "$label" '' 'many*' "$per" "$MANY_TIMEOUT" --count-log --commit bench_backlog
-		result "$label.endpoints" "$n"
-		check_delivered_prefix many $((per * n))
+	log "case 9: $MANY_ENDPOINTS and $MANY_ENDPOINTS_LARGE endpoints, each with its own event type," \
+		"receiver answering at once; $MANY_ROUNDS rounds (the medians count)"
+	for round in $(seq "$MANY_ROUNDS"); do
+		for label in many_small many_large; do
+			n=$MANY_ENDPOINTS
+			[ "$label" = many_large ] && n=$MANY_ENDPOINTS_LARGE
+			per=$((MANY_EVENTS / n))
+			log "case 9, round $round: $n endpoints, $per events each"
+			fresh_outbox
+			new_endpoints many 1 "$n" "http://127.0.0.1:$NGINX_PORT/many" bench.e "30 seconds" off
+			follow_stream many "$n"
+			emit_prepared $((per * n)) "$n"
+			deliver "${label}_$round" '' 'many*' "$per" "$MANY_TIMEOUT" --count-log --commit bench_backlog
+			check_delivered_prefix many $((per * n))
+		done
 	done
+	for label in many_small many_large; do
+		keep_median_round "$label"
+	done
+	result many_small.endpoints "$MANY_ENDPOINTS"
+	result many_large.endpoints "$MANY_ENDPOINTS_LARGE"
 }
 
 # Case 10: BUSY_ENDPOINTS endpoints getting MANY_EVENTS events, alone and
 # then with the rest of MANY_ENDPOINTS_LARGE defined beside them, whose
 # event types nobody emits.  All are resumed together, so the idle ones'
-# cost falls within the measurement.
+# cost falls within the measurement.  MANY_ROUNDS rounds in turn, which
+# goes first alternating from round to round (the medians count).
 case_idle_endpoints()
 {
-	local busy=$BUSY_ENDPOINTS idle=$((MANY_ENDPOINTS_LARGE - BUSY_ENDPOINTS)) per label
+	local busy=$BUSY_ENDPOINTS idle=$((MANY_ENDPOINTS_LARGE - BUSY_ENDPOINTS)) per label labels round
 
 	use_default_settings
 	per=$((MANY_EVENTS / busy))
+	log "case 10: $busy endpoints, $per events each, alone and beside $idle that get no events;" \
+		"$MANY_ROUNDS rounds in turn (the medians count)"
+	for round in $(seq "$MANY_ROUNDS"); do
+		labels="idle_alone idle_beside"
+		[ $((round % 2)) -eq 1 ] || labels="idle_beside idle_alone"
+		for label in $labels; do
+			fresh_outbox
+			if [ "$label" = idle_beside ]; then
+				log "case 10, round $round: the $busy endpoints beside $idle"
+				new_endpoints idle 1 "$idle" "http://127.0.0.1:$NGINX_PORT/idle" idle.e "30 seconds" off
+				follow_stream idle "$idle"
+			else
+				log "case 10, round $round: the $busy endpoints alone"
+			fi
+			new_endpoints busy 1 "$busy" "http://127.0.0.1:$NGINX_PORT/busy" bench.e "30 seconds" off
+			follow_stream busy "$busy"
+			emit_prepared $((per * busy)) "$busy"
+			deliver "${label}_$round" '' 'busy*' "$per" "$MANY_TIMEOUT" --count-log --commit bench_backlog
+			check_delivered_prefix busy $((per * busy))
+		done
+	done
 	for label in idle_alone idle_beside; do
-		fresh_outbox
-		if [ "$label" = idle_alone ]; then
-			log "case 10: $busy endpoints alone, $per events each"
-		else
-			log "case 10: the same $busy endpoints beside $idle that get no events"
-			new_endpoints idle 1 "$idle" "http://127.0.0.1:$NGINX_PORT/idle" idle.e "30 seconds" off
-			follow_stream idle "$idle"
-		fi
-		new_endpoints busy 1 "$busy" "http://127.0.0.1:$NGINX_PORT/busy" bench.e "30 seconds" off
-		follow_stream busy "$busy"
-		emit_prepared $((per * busy)) "$busy"
-		deliver "$label" '' 'busy*' "$per" "$MANY_TIMEOUT" --count-log --commit bench_backlog
-		check_delivered_prefix busy $((per * busy))
+		keep_median_round "$label"
 	done
 	result idle_beside.endpoints "$MANY_ENDPOINTS_LARGE"
 	result idle_alone.endpoints "$busy"
@@ -1059,37 +1079,47 @@ case_slow_receiver()
 
 # Case 12: MANY_ENDPOINTS endpoints with their own event types, of which
 # HANGING_ENDPOINTS post to a receiver that never answers (HANG_TIMEOUT).
-# The same events are emitted in both runs; the first has only the healthy
-# endpoints, the second all of them.
+# The same events are emitted in both runs; one has only the healthy
+# endpoints, the other all of them.  MANY_ROUNDS rounds in turn, which
+# goes first alternating from round to round (the medians count).
 case_hanging_endpoints()
 {
-	local n=$MANY_ENDPOINTS bad=$HANGING_ENDPOINTS ok per label
+	local n=$MANY_ENDPOINTS bad=$HANGING_ENDPOINTS ok per label labels round
 
 	use_default_settings
 	ok=$((n - bad))
 	per=$((MANY_EVENTS / n))
-	for label in hang_alone hang_beside; do
-		if [ "$label" = hang_alone ]; then
-			log "case 12: $ok endpoints answered at once, $per events each"
-		else
-			log "case 12: the same $ok endpoints beside $bad never answering (timeout $HANG_TIMEOUT)"
-		fi
-		fresh_outbox
-		new_endpoints ok 1 "$ok" "http://127.0.0.1:$NGINX_PORT/ok" bench.e "30 seconds" off
-		follow_stream ok "$ok"
-		if [ "$label" = hang_beside ]; then
-			new_endpoints hang $((ok + 1)) "$bad" "http://127.0.0.1:$SLOW_PORT/hang/" bench.e "$HANG_TIMEOUT" off
-			follow_stream hang "$bad"
-		fi
-		emit_prepared $((per * n)) "$n"
-		deliver "$label" '' 'ok*' "$per" "$MANY_TIMEOUT" --count-log --commit bench_backlog
-		result "$label.endpoints" "$ok"
-		check_delivered_prefix ok $((per * ok))
+	log "case 12: $ok endpoints answering at once, $per events each, alone and beside $bad never" \
+		"answering (timeout $HANG_TIMEOUT); $MANY_ROUNDS rounds in turn (the medians count)"
+	for round in $(seq "$MANY_ROUNDS"); do
+		labels="hang_alone hang_beside"
+		[ $((round % 2)) -eq 1 ] || labels="hang_beside hang_alone"
+		for label in $labels; do
+			log "case 12, round $round: ${label#hang_}"
+			fresh_outbox
+			new_endpoints ok 1 "$ok" "http://127.0.0.1:$NGINX_PORT/ok" bench.e "30 seconds" off
+			follow_stream ok "$ok"
+			if [ "$label" = hang_beside ]; then
+				new_endpoints hang $((ok + 1)) "$bad" "http://127.0.0.1:$SLOW_PORT/hang/" bench.e "$HANG_TIMEOUT" off
+				follow_stream hang "$bad"
+			fi
+			emit_prepared $((per * n)) "$n"
+			deliver "${label}_$round" '' 'ok*' "$per" "$MANY_TIMEOUT" --count-log --commit bench_backlog
+			check_delivered_prefix ok $((per * ok))
+			if [ "$label" = hang_beside ]; then
+				result "hang_beside_$round.bad_attempts" \
+					"$(sql "SELECT count(*) FROM outbox.attempt_log a JOIN outbox.endpoints e
+					        ON e.id = a.endpoint_id WHERE starts_with(e.name, 'hang')")"
+			fi
+		done
 	done
+	for label in hang_alone hang_beside; do
+		keep_median_round "$label"
+	done
+	result hang_alone.endpoints "$ok"
+	result hang_beside.endpoints "$ok"
 	result hang_beside.bad_endpoints "$bad"
 	result hang_beside.timeout "${HANG_TIMEOUT// /_}"
-	result hang_beside.bad_attempts "$(sql "SELECT count(*) FROM outbox.attempt_log a JOIN outbox.endpoints e
-	                                        ON e.id = a.endpoint_id WHERE starts_with(e.name, 'hang')")"
 	log "  the never-answering endpoints: $(figure hang_beside.bad_attempts) attempts meanwhile"
 }
 

@@ -482,6 +482,8 @@ SELECT count(outbox.create_endpoint('churn' || n, 'http://127.0.0.1:9/c', ARRAY[
 SELECT count(outbox.drop_endpoint('churn' || n)) FROM generate_series(1, 2000) n;
 ANALYZE outbox.endpoint_health;
 ANALYZE outbox.positions;
+ANALYZE outbox.endpoints;
+ANALYZE outbox.endpoint_secrets;
 SELECT count(outbox.create_endpoint('churn' || n, 'http://127.0.0.1:9/c', ARRAY['churn.t']))
   FROM generate_series(1, 2000) n;
 -- (the counts below are this session's since its last report: report now)
@@ -493,5 +495,27 @@ SELECT count(outbox._record(ARRAY[
   FROM generate_series(1, 8) AS records;
 SELECT relname, idx_tup_fetch < 100 AS by_key
   FROM pg_stat_xact_user_tables WHERE relname IN ('endpoint_health', 'positions') ORDER BY relname;
+ROLLBACK;
+-- So does loading the endpoints: every row of three tables joined on their
+-- keys, never as a nested loop (which walked every secret for each
+-- endpoint, 2,000 x 2,000 rows here).
+BEGIN;
+SELECT count(*) AS loaded FROM outbox._relay_endpoints() WHERE starts_with(name, 'churn');
+SELECT relname, idx_tup_fetch + seq_tup_read < 3 * 2000 AS each_row_once
+  FROM pg_stat_xact_user_tables WHERE relname IN ('endpoints', 'endpoint_secrets', 'positions')
+ ORDER BY relname;
+ROLLBACK;
+-- And attaching them to the stream, here all 2,000 at once: each position
+-- is reached by key (the update that took them from a locking subquery
+-- compared each with every candidate).
+BEGIN;
+SELECT array_agg(id) AS churn_ids FROM outbox.endpoints WHERE starts_with(name, 'churn') \gset
+UPDATE outbox.positions p SET snap = s.snap, next_snap = s.next_snap, after_id = s.after_id, follows = false
+  FROM outbox.stream s WHERE p.endpoint_id = ANY (:'churn_ids'::integer[]);
+SELECT idx_tup_fetch + seq_tup_read AS positions_read
+  FROM pg_stat_xact_user_tables WHERE relname = 'positions' \gset
+SELECT cardinality(outbox._attach(:'churn_ids'::integer[])) AS attached;
+SELECT idx_tup_fetch + seq_tup_read - :positions_read < 10 * 2000 AS by_key
+  FROM pg_stat_xact_user_tables WHERE relname = 'positions';
 ROLLBACK;
 SELECT count(outbox.drop_endpoint('churn' || n)) FROM generate_series(1, 2000) n;

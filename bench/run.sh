@@ -355,8 +355,11 @@ follow_stream()
 	local t=$SECONDS
 
 	for _ in $(seq 600); do
-		[ "$(sql "SELECT count(*) FROM outbox.positions p JOIN outbox.endpoints e ON e.id = p.endpoint_id
-		          WHERE p.follows AND starts_with(e.name, '$1')")" -ge "$2" ] && break
+		# (by key: joined, on statistics taken before the endpoints were
+		# created, this count took 8 s with 10,000 of them)
+		[ "$(sql "SELECT count(*) FROM outbox.positions p
+		          WHERE p.follows AND p.endpoint_id = ANY (ARRAY(SELECT e.id FROM outbox.endpoints e
+		                                                         WHERE starts_with(e.name, '$1')))")" -ge "$2" ] && break
 		sql "SELECT outbox.emit('warm.up', '{}')" >/dev/null
 		sleep 0.1
 	done
@@ -394,6 +397,25 @@ new_endpoints()
 	psql_q -v prefix="$1" -v first="$2" -v n="$3" -v url="$4" -v types="$5" \
 		-v timeout="${6:-30 seconds}" -v paused="${7:-on}" -f "$BENCH/sql/endpoints.sql" >/dev/null
 	log "  created $3 endpoints $1$2.. in $((SECONDS - t)) s"
+}
+
+# following_endpoints PREFIX FIRST COUNT URL TYPE [TIMEOUT]: new_endpoints,
+# not paused, and wait until they follow the stream.
+following_endpoints()
+{
+	new_endpoints "$1" "$2" "$3" "$4" "$5" "${6:-30 seconds}" off
+	follow_stream "$1" "$3"
+}
+
+# deliver_backlog LABEL PREFIX PER COUNT TYPES: PER events of each of TYPES
+# event types in one prepared transaction, delivered to the endpoints
+# PREFIX* (COUNT of them subscribed) from its commit on; timed as LABEL and
+# checked.
+deliver_backlog()
+{
+	emit_prepared $(($3 * $5)) "$5"
+	deliver "$1" '' "$2*" "$3" "$MANY_TIMEOUT" --count-log --commit bench_backlog
+	check_delivered_prefix "$2" $(($3 * $4))
 }
 
 # restart_postgres: restart the instance and wait for the relay.
@@ -483,6 +505,10 @@ keep_median_round()
 	cat "$WORK/median.round" >>"$RESULTS"
 	result "$1.rounds" "$(sed -n "s/^$1_[0-9]*\.rate //p" "$RESULTS" | paste -sd,)"
 }
+
+# in_turn ROUND A B: A and B in the order a round runs them, A first in
+# odd rounds and B in even ones.
+in_turn() { if [ $(($1 % 2)) -eq 1 ]; then echo "$2 $3"; else echo "$3 $2"; fi; }
 
 # figure KEY: a figure already in this run's results, or nothing.
 figure() { sed -n "s/^$1 //p" "$RESULTS" | tail -n 1; }
@@ -898,11 +924,8 @@ case_many_endpoints()
 			per=$((MANY_EVENTS / n))
 			log "case 9, round $round: $n endpoints, $per events each"
 			fresh_outbox
-			new_endpoints many 1 "$n" "http://127.0.0.1:$NGINX_PORT/many" bench.e "30 seconds" off
-			follow_stream many "$n"
-			emit_prepared $((per * n)) "$n"
-			deliver "${label}_$round" '' 'many*' "$per" "$MANY_TIMEOUT" --count-log --commit bench_backlog
-			check_delivered_prefix many $((per * n))
+			following_endpoints many 1 "$n" "http://127.0.0.1:$NGINX_PORT/many" bench.e
+			deliver_backlog "${label}_$round" many "$per" "$n" "$n"
 		done
 	done
 	for label in many_small many_large; do
@@ -919,29 +942,23 @@ case_many_endpoints()
 # goes first alternating from round to round (the medians count).
 case_idle_endpoints()
 {
-	local busy=$BUSY_ENDPOINTS idle=$((MANY_ENDPOINTS_LARGE - BUSY_ENDPOINTS)) per label labels round
+	local busy=$BUSY_ENDPOINTS idle=$((MANY_ENDPOINTS_LARGE - BUSY_ENDPOINTS)) per label round
 
 	use_default_settings
 	per=$((MANY_EVENTS / busy))
 	log "case 10: $busy endpoints, $per events each, alone and beside $idle that get no events;" \
 		"$MANY_ROUNDS rounds in turn (the medians count)"
 	for round in $(seq "$MANY_ROUNDS"); do
-		labels="idle_alone idle_beside"
-		[ $((round % 2)) -eq 1 ] || labels="idle_beside idle_alone"
-		for label in $labels; do
+		for label in $(in_turn "$round" idle_alone idle_beside); do
 			fresh_outbox
 			if [ "$label" = idle_beside ]; then
 				log "case 10, round $round: the $busy endpoints beside $idle"
-				new_endpoints idle 1 "$idle" "http://127.0.0.1:$NGINX_PORT/idle" idle.e "30 seconds" off
-				follow_stream idle "$idle"
+				following_endpoints idle 1 "$idle" "http://127.0.0.1:$NGINX_PORT/idle" idle.e
 			else
 				log "case 10, round $round: the $busy endpoints alone"
 			fi
-			new_endpoints busy 1 "$busy" "http://127.0.0.1:$NGINX_PORT/busy" bench.e "30 seconds" off
-			follow_stream busy "$busy"
-			emit_prepared $((per * busy)) "$busy"
-			deliver "${label}_$round" '' 'busy*' "$per" "$MANY_TIMEOUT" --count-log --commit bench_backlog
-			check_delivered_prefix busy $((per * busy))
+			following_endpoints busy 1 "$busy" "http://127.0.0.1:$NGINX_PORT/busy" bench.e
+			deliver_backlog "${label}_$round" busy "$per" "$busy" "$busy"
 		done
 	done
 	for label in idle_alone idle_beside; do
@@ -976,8 +993,7 @@ case_views()
 			log "case views: $busy endpoints alone, $VIEW_EVENTS events waiting"
 		else
 			log "case views: the same beside $idle endpoints that follow the stream"
-			new_endpoints vidle 1 "$idle" "http://127.0.0.1:$NGINX_PORT/idle" idle.e "30 seconds" off
-			follow_stream vidle "$idle"
+			following_endpoints vidle 1 "$idle" "http://127.0.0.1:$NGINX_PORT/idle" idle.e
 		fi
 		result "$label.following" "$(sql 'SELECT count(*) FROM outbox.positions WHERE follows')"
 		new_endpoints vbusy 1 "$busy" "http://127.0.0.1:$NGINX_PORT/busy" bench.e "30 seconds" on
@@ -1063,8 +1079,7 @@ case_slow_receiver()
 		log "case 11: $n endpoints on a receiver answering after $SLOW_DELAY_MS ms, $per events each;" \
 			"deliveries counted over $SLOW_SECONDS s after $SLOW_WARMUP s"
 		fresh_outbox
-		new_endpoints slow 1 "$n" "http://127.0.0.1:$SLOW_PORT/delay/$SLOW_DELAY_MS/slow" bench.e "30 seconds" off
-		follow_stream slow "$n"
+		following_endpoints slow 1 "$n" "http://127.0.0.1:$SLOW_PORT/delay/$SLOW_DELAY_MS/slow" bench.e
 		emit_prepared $((per * n)) "$n"
 		deliver "$label" '' 'slow*' "$per" "$MANY_TIMEOUT" --commit bench_backlog \
 			--window "$SLOW_SECONDS" --warmup "$SLOW_WARMUP"
@@ -1084,7 +1099,7 @@ case_slow_receiver()
 # goes first alternating from round to round (the medians count).
 case_hanging_endpoints()
 {
-	local n=$MANY_ENDPOINTS bad=$HANGING_ENDPOINTS ok per label labels round
+	local n=$MANY_ENDPOINTS bad=$HANGING_ENDPOINTS ok per label round
 
 	use_default_settings
 	ok=$((n - bad))
@@ -1092,20 +1107,14 @@ case_hanging_endpoints()
 	log "case 12: $ok endpoints answering at once, $per events each, alone and beside $bad never" \
 		"answering (timeout $HANG_TIMEOUT); $MANY_ROUNDS rounds in turn (the medians count)"
 	for round in $(seq "$MANY_ROUNDS"); do
-		labels="hang_alone hang_beside"
-		[ $((round % 2)) -eq 1 ] || labels="hang_beside hang_alone"
-		for label in $labels; do
+		for label in $(in_turn "$round" hang_alone hang_beside); do
 			log "case 12, round $round: ${label#hang_}"
 			fresh_outbox
-			new_endpoints ok 1 "$ok" "http://127.0.0.1:$NGINX_PORT/ok" bench.e "30 seconds" off
-			follow_stream ok "$ok"
+			following_endpoints ok 1 "$ok" "http://127.0.0.1:$NGINX_PORT/ok" bench.e
 			if [ "$label" = hang_beside ]; then
-				new_endpoints hang $((ok + 1)) "$bad" "http://127.0.0.1:$SLOW_PORT/hang/" bench.e "$HANG_TIMEOUT" off
-				follow_stream hang "$bad"
+				following_endpoints hang $((ok + 1)) "$bad" "http://127.0.0.1:$SLOW_PORT/hang/" bench.e "$HANG_TIMEOUT"
 			fi
-			emit_prepared $((per * n)) "$n"
-			deliver "${label}_$round" '' 'ok*' "$per" "$MANY_TIMEOUT" --count-log --commit bench_backlog
-			check_delivered_prefix ok $((per * ok))
+			deliver_backlog "${label}_$round" ok "$per" "$ok" "$n"
 			if [ "$label" = hang_beside ]; then
 				result "hang_beside_$round.bad_attempts" \
 					"$(sql "SELECT count(*) FROM outbox.attempt_log a JOIN outbox.endpoints e
@@ -1155,15 +1164,13 @@ case_tls()
 # round; the medians count, on against off.
 case_controls()
 {
-	local round mode modes
+	local round mode
 
 	use_default_settings
 	log "case expiry: one endpoint, $MANY_EVENTS events, expiry and priority off and on;" \
 		"$CONTROL_ROUNDS rounds in turn (the medians count)"
 	for round in $(seq "$CONTROL_ROUNDS"); do
-		modes="off on"
-		[ $((round % 2)) -eq 1 ] || modes="on off"
-		for mode in $modes; do
+		for mode in $(in_turn "$round" off on); do
 			fresh_outbox
 			new_endpoint "ctl_$mode$round" "http://127.0.0.1:$NGINX_PORT/ctl"
 			if [ "$mode" = on ]; then
@@ -1197,14 +1204,12 @@ case_kafka()
 # (without ARGS) and URL_ON (with them) say otherwise.
 on_off()
 {
-	local name=$1 rounds=$2 args=$3 round mode modes url
+	local name=$1 rounds=$2 args=$3 round mode url
 	local url_off=${4:-http://127.0.0.1:$NGINX_PORT/one}
 	local url_on=${5:-$url_off}
 
 	for round in $(seq "$rounds"); do
-		modes="off on"
-		[ $((round % 2)) -eq 1 ] || modes="on off"
-		for mode in $modes; do
+		for mode in $(in_turn "$round" off on); do
 			url=$url_off
 			[ "$mode" = on ] && url=$url_on
 			fresh_outbox
@@ -1297,7 +1302,7 @@ case_oauth2()
 # alternating from round to round; the medians count, on against off.
 case_rate_limit()
 {
-	local round mode modes n=$((LIMIT_RATE * LIMIT_SECONDS))
+	local n=$((LIMIT_RATE * LIMIT_SECONDS))
 
 	use_default_settings
 	log "case rate: one endpoint with rate_limit $LIMIT_RATE, $n events waiting"

@@ -1567,6 +1567,9 @@ COMMENT ON FUNCTION outbox._relay_endpoints() IS 'internal: every endpoint as th
 CREATE OR REPLACE FUNCTION outbox._attach(candidates integer[]) RETURNS integer[]
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
+-- (by key: a kept plan's scan of every position would test each against
+-- the whole array, which only constant arrays hash)
+SET enable_seqscan = off
 AS $$
 DECLARE
     st outbox.stream := outbox._stream_row();

@@ -1749,6 +1749,9 @@ COMMENT ON FUNCTION outbox._route_checks(integer[], uuid[], text[], boolean[], b
 CREATE FUNCTION outbox._attach(candidates integer[]) RETURNS integer[]
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
+-- (by key: a kept plan's scan of every position would test each against
+-- the whole array, which only constant arrays hash)
+SET enable_seqscan = off
 AS $$
 DECLARE
     st outbox.stream := outbox._stream_row();

@@ -25,8 +25,8 @@
 # off.
 # BENCH_CASES="8 9" runs only the cases named ("perf" is the profile pass); such a run writes
 # bench/RESULTS.partial.md instead of RESULTS.md and draws no plots.  With
-# today's relay a whole run takes about 11 minutes on 2 cores, cases 8 to
-# 13 alone about 6.
+# today's relay a whole run takes about 20 minutes on 2 cores, cases 8 to
+# 13 alone about 14.
 # Case "expiry" (issue 14: one endpoint with expiry and priority in use
 # against off) runs only when named: BENCH_CASES="expiry" (MANY_EVENTS and
 # CONTROL_ROUNDS size it).  So does case "rate" (issue 14: rate limits;

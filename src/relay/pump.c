@@ -254,10 +254,12 @@ static void
 submit(Delivery *d)
 {
 	RelayEndpoint *ep = d->batch->ep;
+	TimestampTz now;
 
 	outbox_uuid_text(&d->event_id, d->event_id_str);
 	memset(&d->result, 0, sizeof(d->result));
 	target_submit(d, ep->target, slots_taken);
+	now = GetCurrentTimestamp();	/* sent: its clocks start */
 	ep->in_flight++;
 	in_flight++;
 	d->took_slot = target_takes_slot(ep->target);
@@ -267,11 +269,11 @@ submit(Delivery *d)
 	{
 		d->fresh = true;
 		d->fresh_until = http_blocked_us() + FRESH_WAIT_US;
-		d->fresh_by = GetCurrentTimestamp() + FRESH_WALL_MS * INT64CONST(1000);
+		d->fresh_by = now + FRESH_WALL_MS * INT64CONST(1000);
 		dlist_push_tail(&fresh, &d->fresh_node);
 		n_fresh++;
 	}
-	d->batch->answered_at = GetCurrentTimestamp();	/* its clock starts */
+	d->batch->answered_at = now;
 	update_busy(ep);
 	show_in_flight(ep);
 }

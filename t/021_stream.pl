@@ -17,6 +17,8 @@
 # Part 5: a receiver that takes 600 ms beside three that answer at once,
 # all four subscribed to the same events: once it has answered, the last
 # quarter's short wait (200 ms) does not detach it page after page.
+# Part 6: a page whose parts are all late while nothing is answered
+# waits for them rather than detaching them.
 use strict;
 use warnings;
 use FindBin;
@@ -282,6 +284,32 @@ my @detached = grep { /outbox endpoint "far" stops following the stream/ }
 is(scalar(@detached), 0, 'the far receiver was not detached on any of those pages');
 is(sql("SELECT follows FROM outbox.positions WHERE endpoint_id = outbox._endpoint_id('far')"), 't',
 	'and still follows the stream');
+
+############################################################################
+# Part 6: every part of a page late while nothing answers: the page waits
+############################################################################
+
+# Ten events of ten types in one page: twelve parts (e11 to e20, "pre" and
+# "all"), among more than 200 followers, and every receiver takes 3 s.
+# Nothing at all is answered meanwhile, so the laggard rule holds the page
+# (up to 6 s) instead of detaching all twelve at 1.5 s.  Before 1.5 the
+# hold compared the laggards with every follower (12 against 206) and
+# could never hold here.
+my @late_names = ((map { "e$_" } 11 .. 20), 'pre', 'all');
+ok(follows_again($_), "$_ follows the stream") for @late_names;
+sleep 1;					# nothing answered from here on
+$from = -s $node->logfile;
+my @late = split /\n/, sql(q{
+SELECT outbox.emit('t.' || n, jsonb_build_object('late', n), headers => '{"x-test-delay": "3"}')
+  FROM generate_series(11, 20) n});
+ok(wait_received($log, sub { my @r = @_; !grep { !got_all("/e$_", $late[$_ - 11])->(@r) } 11 .. 20 }),
+	'the ten late events arrived');
+@detached = grep { /stops following the stream/ } split /\n/, slurp_file($node->logfile, $from);
+is(scalar(@detached), 0, 'no part of the late page was detached')
+  or diag(join("\n", @detached));
+is(sql("SELECT count(*) FROM outbox.positions WHERE follows AND endpoint_id IN ("
+	  . join(', ', map { "outbox._endpoint_id('$_')" } @late_names) . ')'),
+	scalar(@late_names), 'all twelve still follow the stream');
 
 my $errors = () = slurp_file($node->logfile) =~ /outbox relay.*\bERROR:|\[\d+\] ERROR:.*outbox/g;
 is($errors, 0, 'the relay logged no error');

@@ -169,6 +169,13 @@ static int	broker_followers = 0;	/* of those, endpoints of a broker */
 static int64 broker_share = 0;	/* and their page_share()s */
 
 /*
+ * When the relay last took what its targets' sockets had (target_wait).
+ * A part's wait for an answer counts up to then (detach_laggards): what
+ * arrived while the relay ran its SQL it has not seen yet.
+ */
+static TimestampTz polled_at = 0;
+
+/*
  * A stream page that route_page cut short (an endpoint's share was full):
  * its length, which bounds the next pages' reads, so that what follows is
  * not read only to be left for the next page (an HTTP endpoint beside a
@@ -1843,8 +1850,10 @@ want_more(void)
  * took (from the page's read to the last part that finished, parts with
  * nothing to send included), or twice what its endpoint's last definite
  * answer took if that is longer, at least LAGGARD_MIN_MS and at most
- * DETACH_AFTER_MS.  The wait counts from its own last answer, not from
- * the others' last finish:
+ * DETACH_AFTER_MS.  The wait counts up to when the relay last took its
+ * sockets' answers (polled_at), not up to now: a step of SQL that ran for
+ * seconds saw no answers, yet the receivers may have sent them all.  It
+ * counts from its own last answer, not from the others' last finish:
  * parts of healthy endpoints that trickle in late must not put it off
  * again and again (seen in bench case 12: the page waited 2.2 s for 100
  * endpoints that never answer).  A receiver that never answers then costs
@@ -1865,12 +1874,17 @@ want_more(void)
  * once caught up: their own answers' time keeps them.  Laggards stop
  * following (their parts become their own pages) and are lagged: one
  * request at a time until an answer (pump_endpoint_cap).  But when most
- * followers are laggards and nothing at all was answered lately, the
- * relay itself, or every receiver, may be stalled: detaching them all
- * would only make each read on its own (seen once in bench case 12 with a
- * starved relay: 900 endpoints detached at once).  Then the page waits,
- * up to DETACH_HOLD_MS.  An endpoint alone on the stream holds nobody
- * back.
+ * of the page's parts are laggards and nothing at all was answered
+ * lately, every receiver may be stalled: detaching them all would only
+ * make each read on its own (seen once in bench case 12: 900 endpoints
+ * detached at once).  Then the page waits, up to DETACH_HOLD_MS, and
+ * each part's wait counts again from the last time the page was held:
+ * when the answers come back, the first of them must not make the others,
+ * a few milliseconds behind it, laggards for the time everyone waited.
+ * Before 1.5 this compared the laggards with every follower, which with
+ * twice as many followers as a page has parts (1,000 endpoints and pages
+ * of 500 events) could never hold, and the waits counted through a hold.
+ * An endpoint alone on the stream holds nobody back.
  */
 static void
 detach_laggards(void)
@@ -1879,10 +1893,10 @@ detach_laggards(void)
 	List	   *slow = NIL;
 	ListCell   *lc;
 	StreamPage *p = stream_page;
-	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz now = polled_at;
 	long		wait = DETACH_AFTER_MS;
 
-	if (p == NULL || p->parts == 0 || followers <= 1)
+	if (p == NULL || p->parts == 0 || followers <= 1 || now == 0)
 		return;
 	if ((p->routed - p->finished) * 4 <= p->routed)
 		wait = Max(LAGGARD_MIN_MS,
@@ -1891,6 +1905,7 @@ detach_laggards(void)
 	{
 		Batch	   *b = dlist_container(Batch, node, iter.cur);
 		long		own;
+		TimestampTz since = Max(b->answered_at, p->held_at);
 
 		if (b->stream != p || b->pending == 0 ||
 			(b->ep->in_flight == 0 && !credentials_fetching(b->ep)))
@@ -1900,13 +1915,14 @@ detach_laggards(void)
 		 * (while more than a quarter are left, wait is the cap already).
 		 */
 		own = Min(Max(wait, (long) (2 * b->ep->answer_ms)), DETACH_AFTER_MS);
-		if (TimestampDifferenceExceeds(b->answered_at, now, own))
+		if (TimestampDifferenceExceeds(since, now, own))
 			slow = lappend(slow, b->ep);
 	}
-	if (list_length(slow) * 2 > followers &&
+	if (list_length(slow) * 2 > p->routed &&
 		TimestampDifferenceExceeds(pump_last_answer_at(), now, DETACH_AFTER_MS) &&
 		!TimestampDifferenceExceeds(p->progress_at, now, DETACH_HOLD_MS))
 	{
+		p->held_at = now;
 		list_free(slow);
 		return;
 	}
@@ -1960,6 +1976,7 @@ outbox_relay_main(Datum arg)
 	uint64		seen_version = 0;
 	uint64		version;
 	TimestampTz last_wake = 0;
+	bool		woken;
 	TimestampTz last_rotate = 0;
 	TimestampTz step_start;
 	bool		waiting_on_http;
@@ -2126,10 +2143,12 @@ outbox_relay_main(Datum arg)
 			until_poll = Min(until_poll, until_release);
 		step_start = GetCurrentTimestamp();
 		waiting_on_http = pump_in_flight() > 0;
-		if (target_wait(Max(until_poll, 0)))
+		woken = target_wait(Max(until_poll, 0));
+		polled_at = GetCurrentTimestamp();
+		if (woken)
 		{
 			read_now = true;
-			last_wake = GetCurrentTimestamp();
+			last_wake = polled_at;
 		}
 		if (waiting_on_http)
 			count_since(RELAY_HTTP_US, step_start);

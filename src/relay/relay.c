@@ -1878,9 +1878,10 @@ want_more(void)
  * lately, every receiver may be stalled: detaching them all would only
  * make each read on its own (seen once in bench case 12: 900 endpoints
  * detached at once).  Then the page waits, up to DETACH_HOLD_MS, and
- * each part's wait counts again from the last time the page was held:
- * when the answers come back, the first of them must not make the others,
- * a few milliseconds behind it, laggards for the time everyone waited.
+ * each part's wait counts again from the last time the page was held
+ * (the last look before the answers came back): the first answer must not
+ * make the others, a few milliseconds behind it, laggards for the time
+ * everyone waited.  Once the hold is over they go at once.
  * Before 1.5 this compared the laggards with every follower, which with
  * twice as many followers as a page has parts (1,000 endpoints and pages
  * of 500 events) could never hold, and the waits counted through a hold.
@@ -1895,17 +1896,19 @@ detach_laggards(void)
 	StreamPage *p = stream_page;
 	TimestampTz now = polled_at;
 	long		wait = DETACH_AFTER_MS;
+	int			late = 0;
+	bool		hold_over;
 
 	if (p == NULL || p->parts == 0 || followers <= 1 || now == 0)
 		return;
 	if ((p->routed - p->finished) * 4 <= p->routed)
 		wait = Max(LAGGARD_MIN_MS,
 				   Min(2 * (p->progress_at - p->read_at) / 1000, DETACH_AFTER_MS));
+	hold_over = TimestampDifferenceExceeds(p->progress_at, now, DETACH_HOLD_MS);
 	dlist_foreach(iter, &active)
 	{
 		Batch	   *b = dlist_container(Batch, node, iter.cur);
 		long		own;
-		TimestampTz since = Max(b->answered_at, p->held_at);
 
 		if (b->stream != p || b->pending == 0 ||
 			(b->ep->in_flight == 0 && !credentials_fetching(b->ep)))
@@ -1915,12 +1918,15 @@ detach_laggards(void)
 		 * (while more than a quarter are left, wait is the cap already).
 		 */
 		own = Min(Max(wait, (long) (2 * b->ep->answer_ms)), DETACH_AFTER_MS);
-		if (TimestampDifferenceExceeds(since, now, own))
+		if (!TimestampDifferenceExceeds(b->answered_at, now, own))
+			continue;
+		late++;
+		/* Its wait counts again from the page's last hold, until it is over. */
+		if (hold_over || TimestampDifferenceExceeds(p->held_at, now, own))
 			slow = lappend(slow, b->ep);
 	}
-	if (list_length(slow) * 2 > p->routed &&
-		TimestampDifferenceExceeds(pump_last_answer_at(), now, DETACH_AFTER_MS) &&
-		!TimestampDifferenceExceeds(p->progress_at, now, DETACH_HOLD_MS))
+	if (late * 2 > p->routed && !hold_over &&
+		TimestampDifferenceExceeds(pump_last_answer_at(), now, DETACH_AFTER_MS))
 	{
 		p->held_at = now;
 		list_free(slow);

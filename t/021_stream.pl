@@ -19,6 +19,7 @@
 # quarter's short wait (200 ms) does not detach it page after page.
 # Part 6: a page whose parts are all late while nothing is answered
 # waits for them rather than detaching them.
+# Part 7: a page of one silent part is detached as before, not held.
 use strict;
 use warnings;
 use FindBin;
@@ -292,9 +293,10 @@ is(sql("SELECT follows FROM outbox.positions WHERE endpoint_id = outbox._endpoin
 # Ten events of ten types in one page: twelve parts (e11 to e20, "pre" and
 # "all"), among more than 200 followers, and every receiver takes 3 s.
 # Nothing at all is answered meanwhile, so the laggard rule holds the page
-# (up to 6 s) instead of detaching all twelve at 1.5 s.  Before 1.5 the
-# hold compared the laggards with every follower (12 against 206) and
-# could never hold here.
+# (up to 6 s of silence) instead of detaching all twelve at 1.5 s, and
+# when the answers come back the first does not make the others laggards.
+# Before 1.5 the hold compared the laggards with every follower (12
+# against 206) and could never hold here.
 my @late_names = ((map { "e$_" } 11 .. 20), 'pre', 'all');
 ok(follows_again($_), "$_ follows the stream") for @late_names;
 sleep 1;					# nothing answered from here on
@@ -304,12 +306,39 @@ SELECT outbox.emit('t.' || n, jsonb_build_object('late', n), headers => '{"x-tes
   FROM generate_series(11, 20) n});
 ok(wait_received($log, sub { my @r = @_; !grep { !got_all("/e$_", $late[$_ - 11])->(@r) } 11 .. 20 }),
 	'the ten late events arrived');
+ok($node->poll_query_until('postgres', 'SELECT deliveries_waiting = 0 FROM outbox.backlog'),
+	'and were recorded');
 @detached = grep { /stops following the stream/ } split /\n/, slurp_file($node->logfile, $from);
 is(scalar(@detached), 0, 'no part of the late page was detached')
   or diag(join("\n", @detached));
 is(sql("SELECT count(*) FROM outbox.positions WHERE follows AND endpoint_id IN ("
 	  . join(', ', map { "outbox._endpoint_id('$_')" } @late_names) . ')'),
 	scalar(@late_names), 'all twelve still follow the stream');
+
+############################################################################
+# Part 7: a page of one silent part is not held
+############################################################################
+
+# The hold is for many parts (at least ten): a page whose one part goes to
+# a receiver that holds it is detached after 1.5 s, as before, not held
+# for the 6 s of silence a stall of every receiver gets.  "all" is paused,
+# so that the page has that part alone; e7 answers just before it.
+sql("SELECT outbox.pause_endpoint('all')");
+sql(qq{SELECT outbox.create_endpoint('solo', '$url/solo', '{solo}')});
+ok(follows_again('solo'), 'solo follows the stream');
+my $release7 = PostgreSQL::Test::Utils::tempdir() . '/release7';
+my @just = split /\n/, sql(q{SELECT outbox.emit('t.7', '{"just": "before"}')});
+ok(wait_received($log, got_all('/e7', @just)), 'e7 answered just before');
+my ($solo) = split /\n/, sql(qq{SELECT outbox.emit('solo', '{}', headers => '{"x-test-hold": "$release7"}')});
+$t0 = time();
+ok($node->poll_query_until('postgres',
+		"SELECT NOT follows FROM outbox.positions WHERE endpoint_id = outbox._endpoint_id('solo')"),
+	'the silent part alone on its page stopped following the stream');
+$took = time() - $t0;
+ok($took < 4, sprintf('after about 1.5 s, not 6 (%.1f s)', $took));
+PostgreSQL::Test::Utils::append_to_file($release7, '');
+ok(wait_received($log, got_all('/solo', $solo)), 'once released, solo got its event');
+sql("SELECT outbox.resume_endpoint('all')");
 
 my $errors = () = slurp_file($node->logfile) =~ /outbox relay.*\bERROR:|\[\d+\] ERROR:.*outbox/g;
 is($errors, 0, 'the relay logged no error');

@@ -202,7 +202,8 @@ typedef struct StreamPage
 	int			slow_answers;	/* of those, taking SLOW_ANSWER_MS or more */
 	int64		cpu_at_read;	/* the relay's CPU time then (relay_cpu_us) */
 	TimestampTz progress_at;	/* read, or a part finished, last */
-	TimestampTz held_at;		/* detach_laggards last held it (0: never) */
+	bool		holding;		/* detach_laggards holds it, with parts late */
+	TimestampTz held_at;		/* a hold with parts late ended (0: never) */
 	bool		ahead_tried;	/* the page after it was read ahead (or
 								 * tried: read_ahead) */
 } StreamPage;

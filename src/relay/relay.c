@@ -102,9 +102,13 @@
  */
 #define LAGGARD_MIN_MS		200
 /*
- * A page whose laggards are most of the followers, while nothing at all
- * was answered for DETACH_AFTER_MS, waits at most this before they go.
+ * A page with at least HOLD_MIN_PARTS parts in flight, more than half of
+ * its parts, while nothing at all was answered for LAGGARD_MIN_MS, is
+ * held: none of its parts is detached until answers come back, or until
+ * nothing was answered for DETACH_HOLD_MS.  Detaching a few parts costs
+ * little; the hold is for many (detach_laggards).
  */
+#define HOLD_MIN_PARTS		10
 #define DETACH_HOLD_MS		6000
 /*
  * A read step reads endpoints' own pages for about this long at most; the
@@ -1873,19 +1877,23 @@ want_more(void)
  * beside many near ones on every page, only for them to follow again
  * once caught up: their own answers' time keeps them.  Laggards stop
  * following (their parts become their own pages) and are lagged: one
- * request at a time until an answer (pump_endpoint_cap).  But when most
- * of the page's parts are laggards and nothing at all was answered
- * lately, every receiver may be stalled: detaching them all would only
- * make each read on its own (seen once in bench case 12: 900 endpoints
- * detached at once).  Then the page waits, up to DETACH_HOLD_MS, and
- * each part's wait counts again from the last time the page was held
- * (the last look before the answers came back): the first answer must not
- * make the others, a few milliseconds behind it, laggards for the time
- * everyone waited.  Once the hold is over they go at once.
- * Before 1.5 this compared the laggards with every follower, which with
- * twice as many followers as a page has parts (1,000 endpoints and pages
- * of 500 events) could never hold, and the waits counted through a hold.
- * An endpoint alone on the stream holds nobody back.
+ * request at a time until an answer (pump_endpoint_cap).  But when many
+ * parts are in flight (HOLD_MIN_PARTS), most of the page's, and nothing
+ * at all was answered lately, every receiver (or the network) may be
+ * stalled: detaching them all would only make each read on its own (seen
+ * once in bench case 12: 900 endpoints detached at once).  Then the page
+ * is held: nothing is detached while the silence lasts, up to
+ * DETACH_HOLD_MS of it, and parts whose waits ran out meanwhile go only
+ * once it is over.  It counts from the last answer of any, so parts whose
+ * own last answers came a little earlier are held too.  When answers come
+ * back after parts were late, every part's wait starts again from the
+ * look that saw them: the first answer must not make the others, a few
+ * milliseconds behind it, laggards for the time everyone waited.  When
+ * the silence reaches DETACH_HOLD_MS, the late parts go at once.  Before
+ * 1.5 the hold compared the laggards with every follower (never true when
+ * a page has fewer than half as many parts as there are followers, as in
+ * bench case 12's 1,000 endpoints and pages of 500 events) and the waits
+ * counted through it.  An endpoint alone on the stream holds nobody back.
  */
 static void
 detach_laggards(void)
@@ -1895,16 +1903,15 @@ detach_laggards(void)
 	ListCell   *lc;
 	StreamPage *p = stream_page;
 	TimestampTz now = polled_at;
+	TimestampTz last_answer = pump_last_answer_at();
 	long		wait = DETACH_AFTER_MS;
-	int			late = 0;
-	bool		hold_over;
+	int			waiting = 0;
 
 	if (p == NULL || p->parts == 0 || followers <= 1 || now == 0)
 		return;
 	if ((p->routed - p->finished) * 4 <= p->routed)
 		wait = Max(LAGGARD_MIN_MS,
 				   Min(2 * (p->progress_at - p->read_at) / 1000, DETACH_AFTER_MS));
-	hold_over = TimestampDifferenceExceeds(p->progress_at, now, DETACH_HOLD_MS);
 	dlist_foreach(iter, &active)
 	{
 		Batch	   *b = dlist_container(Batch, node, iter.cur);
@@ -1913,25 +1920,35 @@ detach_laggards(void)
 		if (b->stream != p || b->pending == 0 ||
 			(b->ep->in_flight == 0 && !credentials_fetching(b->ep)))
 			continue;
+		waiting++;
 		/*
 		 * A receiver known to take its time gets twice its last answer's
 		 * (while more than a quarter are left, wait is the cap already).
+		 * The wait counts from its last answer, or from the end of the
+		 * page's last hold.
 		 */
 		own = Min(Max(wait, (long) (2 * b->ep->answer_ms)), DETACH_AFTER_MS);
-		if (!TimestampDifferenceExceeds(b->answered_at, now, own))
-			continue;
-		late++;
-		/* Its wait counts again from the page's last hold, until it is over. */
-		if (hold_over || TimestampDifferenceExceeds(p->held_at, now, own))
+		if (TimestampDifferenceExceeds(Max(b->answered_at, p->held_at), now, own))
 			slow = lappend(slow, b->ep);
 	}
-	if (late * 2 > p->routed && !hold_over &&
-		TimestampDifferenceExceeds(pump_last_answer_at(), now, DETACH_AFTER_MS))
+	if (waiting >= HOLD_MIN_PARTS && waiting * 2 > p->routed &&
+		TimestampDifferenceExceeds(last_answer, now, LAGGARD_MIN_MS) &&
+		!TimestampDifferenceExceeds(last_answer, now, DETACH_HOLD_MS))
 	{
+		/* Held while the silence lasts; parts late meanwhile make it count. */
+		p->holding |= (slow != NIL);
+		list_free(slow);
+		return;
+	}
+	if (p->holding && !TimestampDifferenceExceeds(last_answer, now, DETACH_HOLD_MS))
+	{
+		/* Answers came back: every wait starts again from here. */
+		p->holding = false;
 		p->held_at = now;
 		list_free(slow);
 		return;
 	}
+	p->holding = false;
 	foreach(lc, slow)
 	{
 		RelayEndpoint *ep = (RelayEndpoint *) lfirst(lc);

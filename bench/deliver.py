@@ -65,6 +65,11 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def cpu_sample(pid, senders):
+    """The CPU seconds of the relay and of its senders, and machine_busy()."""
+    return cpu_seconds(pid), sum(cpu_seconds(p) for p in senders), machine_busy()
+
+
 def machine_busy():
     """(busy, total) jiffies of all cores since boot."""
     with open("/proc/stat") as f:
@@ -168,6 +173,7 @@ def main():
     timed_out = False
     ran_out = False
     window_end = None
+    samples = []                # (time.monotonic(), cpu_sample()) while waiting
     if args.window:
         # The window: successful attempts recorded between two readings of
         # the attempt log, timed by the server's clock.
@@ -200,11 +206,12 @@ def main():
                                       AND pg_visible_in_snapshot(%s::xid8, p.snap) THEN %s
                                      WHEN p.next_snap IS NOT NULL AND p.after_id >= %s
                                      THEN p.after_id - %s + 1 ELSE 0 END), 0)::bigint,
-                   max(p.updated_at)
+                   max(p.updated_at), clock_timestamp()
               FROM outbox._positions p
              WHERE p.endpoint_id = ANY (%s)""",
                     (last_txid, last_txid, args.events, first_id, first_id, wait_ids))
-        done, delivered, last_update = cur.fetchone()
+        done, delivered, last_update, server_now = cur.fetchone()
+        samples.append((queried, cpu_sample(pid, senders)))
         try:
             peak_anon = max(peak_anon, proc_status(pid)["RssAnon"])
         except OSError:
@@ -234,15 +241,24 @@ def main():
             time.sleep(POLL)
             if time.monotonic() >= next_query:
                 break
+            samples.append((time.monotonic(), cpu_sample(pid, senders)))
             try:
                 peak_anon = max(peak_anon, proc_status(pid)["RssAnon"])
             except OSError:
                 pass
 
     status = proc_status(pid)
-    cpu = cpu_seconds(pid) - cpu0
-    senders_cpu = sum(cpu_seconds(p) for p in senders) - senders_cpu0
-    busy1, all1 = machine_busy()
+    if window_end is None and not timed_out:
+        # The loop may see the end up to QUERY_EVERY_MAX after it: the CPU
+        # times are those of the first sample (every POLL) after the last
+        # update, so that idle time after it does not count.
+        end = queried - (server_now - last_update).total_seconds()
+        at_end = next((sample for t, sample in samples if t >= end), samples[-1][1])
+    else:
+        at_end = cpu_sample(pid, senders)
+    cpu_end, senders_end, (busy1, all1) = at_end
+    cpu = cpu_end - cpu0
+    senders_cpu = senders_end - senders_cpu0
     if timed_out:
         cur.execute("SELECT clock_timestamp()")
         (last_update,) = cur.fetchone()

@@ -880,8 +880,7 @@ wrk_rate()
 		sed -n 's/^Requests\/sec: *\([0-9.]*\)/\1/p'
 }
 
-# Case 8: case 2 at the default settings (no senders), the baseline of
-# case 9 too.
+# Case 8: case 2 at the default settings (no senders).
 case_one_default()
 {
 	local round rps conns
@@ -907,19 +906,21 @@ case_one_default()
 }
 
 # Case 9: MANY_EVENTS events spread over 1,000 and then 10,000 endpoints,
-# each subscribed to an event type of its own, on nginx; against case 8.
-# MANY_ROUNDS rounds of both (the medians count).
+# each subscribed to an event type of its own, on nginx; against all of
+# them to one endpoint, delivered the same way (following the stream, one
+# prepared backlog) in the same rounds, first in odd rounds and last in
+# even ones.  MANY_ROUNDS rounds (the medians count).
 case_many_endpoints()
 {
 	local label n per round
 
-	[ -n "$(figure one.rate)" ] || case_one_default
 	use_default_settings
 	log "case 9: $MANY_ENDPOINTS and $MANY_ENDPOINTS_LARGE endpoints, each with its own event type," \
-		"receiver answering at once; $MANY_ROUNDS rounds (the medians count)"
+		"against one endpoint, receiver answering at once; $MANY_ROUNDS rounds in turn (the medians count)"
 	for round in $(seq "$MANY_ROUNDS"); do
-		for label in many_small many_large; do
-			n=$MANY_ENDPOINTS
+		for label in $(in_turn "$round" many_one "many_small many_large"); do
+			n=1
+			[ "$label" = many_small ] && n=$MANY_ENDPOINTS
 			[ "$label" = many_large ] && n=$MANY_ENDPOINTS_LARGE
 			per=$((MANY_EVENTS / n))
 			log "case 9, round $round: $n endpoints, $per events each"
@@ -928,7 +929,7 @@ case_many_endpoints()
 			deliver_backlog "${label}_$round" many "$per" "$n" "$n"
 		done
 	done
-	for label in many_small many_large; do
+	for label in many_one many_small many_large; do
 		keep_median_round "$label"
 	done
 	result many_small.endpoints "$MANY_ENDPOINTS"

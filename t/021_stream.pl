@@ -299,7 +299,9 @@ is(sql("SELECT follows FROM outbox.positions WHERE endpoint_id = outbox._endpoin
 # against 206) and could never hold here.
 my @late_names = ((map { "e$_" } 11 .. 20), 'pre', 'all');
 ok(follows_again($_), "$_ follows the stream") for @late_names;
-sleep 1;					# nothing answered from here on
+# Nothing answered from here on, for 5 s before the page too: the hold's
+# 6 s of silence count from the page's read, not from the last answer.
+sleep 5;
 $from = -s $node->logfile;
 my @late = split /\n/, sql(q{
 SELECT outbox.emit('t.' || n, jsonb_build_object('late', n), headers => '{"x-test-delay": "3"}')

@@ -103,13 +103,19 @@
 #define LAGGARD_MIN_MS		200
 /*
  * A page with at least HOLD_MIN_PARTS parts in flight, more than half of
- * its parts, while nothing at all was answered for LAGGARD_MIN_MS, is
- * held: none of its parts is detached until answers come back, or until
+ * its parts, while nothing at all was answered for LAGGARD_MIN_MS (and
+ * it was read that long ago), is held: none of its parts is detached until answers come back, or until
  * nothing was answered for DETACH_HOLD_MS.  Detaching a few parts costs
  * little; the hold is for many (detach_laggards).
  */
 #define HOLD_MIN_PARTS		10
 #define DETACH_HOLD_MS		6000
+/*
+ * No hold keeps a part with no answer for this long: holds that end and
+ * start again (answers of other endpoints trickling in) must not keep a
+ * dead receiver's part until its timeout.
+ */
+#define OVERDUE_MS			(DETACH_AFTER_MS + DETACH_HOLD_MS)
 /*
  * A read step reads endpoints' own pages for about this long at most; the
  * next step goes on with the next of them.  An endpoint far behind must
@@ -1884,12 +1890,15 @@ want_more(void)
  * once in bench case 12: 900 endpoints detached at once).  Then the page
  * is held: nothing is detached while the silence lasts, up to
  * DETACH_HOLD_MS of it, and parts whose waits ran out meanwhile go only
- * once it is over.  It counts from the last answer of any, so parts whose
- * own last answers came a little earlier are held too.  When answers come
- * back after parts were late, every part's wait starts again from the
- * look that saw them: the first answer must not make the others, a few
- * milliseconds behind it, laggards for the time everyone waited.  When
- * the silence reaches DETACH_HOLD_MS, the late parts go at once.  Before
+ * once it is over.  It counts from the last answer to any request, or
+ * from the page's read if that is later, so parts whose own last answers
+ * came a little earlier are held too.  When answers come back after parts
+ * were late, every part's wait starts again from the look that saw them:
+ * the first answer must not make the others, a few milliseconds behind
+ * it, laggards for the time everyone waited.  When the silence reaches
+ * DETACH_HOLD_MS, the late parts go at once, and a part with no answer of
+ * its own for OVERDUE_MS goes whatever the holds (answers trickling in
+ * from elsewhere could end and start them again and again).  Before
  * 1.5 the hold compared the laggards with every follower (never true when
  * a page has fewer than half as many parts as there are followers, as in
  * bench case 12's 1,000 endpoints and pages of 500 events) and the waits
@@ -1900,12 +1909,14 @@ detach_laggards(void)
 {
 	dlist_iter	iter;
 	List	   *slow = NIL;
+	List	   *overdue = NIL;
 	ListCell   *lc;
 	StreamPage *p = stream_page;
 	TimestampTz now = polled_at;
-	TimestampTz last_answer = pump_last_answer_at();
+	TimestampTz quiet_since = Max(pump_last_answer_at(), p ? p->read_at : 0);
 	long		wait = DETACH_AFTER_MS;
 	int			waiting = 0;
+	bool		held = false;
 
 	if (p == NULL || p->parts == 0 || followers <= 1 || now == 0)
 		return;
@@ -1925,31 +1936,34 @@ detach_laggards(void)
 		 * A receiver known to take its time gets twice its last answer's
 		 * (while more than a quarter are left, wait is the cap already).
 		 * The wait counts from its last answer, or from the end of the
-		 * page's last hold.
+		 * page's last hold; no hold keeps a part past OVERDUE_MS.
 		 */
 		own = Min(Max(wait, (long) (2 * b->ep->answer_ms)), DETACH_AFTER_MS);
-		if (TimestampDifferenceExceeds(Max(b->answered_at, p->held_at), now, own))
+		if (TimestampDifferenceExceeds(b->answered_at, now, OVERDUE_MS))
+			overdue = lappend(overdue, b->ep);
+		else if (TimestampDifferenceExceeds(Max(b->answered_at, p->held_at), now, own))
 			slow = lappend(slow, b->ep);
 	}
 	if (waiting >= HOLD_MIN_PARTS && waiting * 2 > p->routed &&
-		TimestampDifferenceExceeds(last_answer, now, LAGGARD_MIN_MS) &&
-		!TimestampDifferenceExceeds(last_answer, now, DETACH_HOLD_MS))
+		TimestampDifferenceExceeds(quiet_since, now, LAGGARD_MIN_MS) &&
+		!TimestampDifferenceExceeds(quiet_since, now, DETACH_HOLD_MS))
 	{
 		/* Held while the silence lasts; parts late meanwhile make it count. */
-		p->holding |= (slow != NIL);
-		list_free(slow);
-		return;
+		p->holding |= (slow != NIL || overdue != NIL);
+		held = true;
 	}
-	if (p->holding && !TimestampDifferenceExceeds(last_answer, now, DETACH_HOLD_MS))
+	else if (p->holding && !TimestampDifferenceExceeds(quiet_since, now, DETACH_HOLD_MS))
 	{
 		/* Answers came back: every wait starts again from here. */
 		p->holding = false;
 		p->held_at = now;
-		list_free(slow);
-		return;
+		held = true;
 	}
-	p->holding = false;
-	foreach(lc, slow)
+	else
+		p->holding = false;
+	if (!held)
+		overdue = list_concat(overdue, slow);
+	foreach(lc, overdue)
 	{
 		RelayEndpoint *ep = (RelayEndpoint *) lfirst(lc);
 
@@ -1960,6 +1974,7 @@ detach_laggards(void)
 		relay_detach(ep);
 	}
 	list_free(slow);
+	list_free(overdue);
 }
 
 /* The step of rotate_round; as the relay starts, the version check too. */

@@ -211,7 +211,8 @@ def main():
              WHERE p.endpoint_id = ANY (%s)""",
                     (last_txid, last_txid, args.events, first_id, first_id, wait_ids))
         done, delivered, last_update, server_now = cur.fetchone()
-        samples.append((queried, cpu_sample(pid, senders)))
+        answered = time.monotonic()
+        samples.append((answered, cpu_sample(pid, senders)))
         try:
             peak_anon = max(peak_anon, proc_status(pid)["RssAnon"])
         except OSError:
@@ -252,7 +253,7 @@ def main():
         # The loop may see the end up to QUERY_EVERY_MAX after it: the CPU
         # times are those of the first sample (every POLL) after the last
         # update, so that idle time after it does not count.
-        end = queried - (server_now - last_update).total_seconds()
+        end = answered - (server_now - last_update).total_seconds()
         at_end = next((sample for t, sample in samples if t >= end), samples[-1][1])
     else:
         at_end = cpu_sample(pid, senders)

@@ -104,9 +104,10 @@
 /*
  * A page with at least HOLD_MIN_PARTS parts in flight, more than half of
  * its parts, while nothing at all was answered for LAGGARD_MIN_MS (and
- * it was read that long ago), is held: none of its parts is detached until answers come back, or until
- * nothing was answered for DETACH_HOLD_MS.  Detaching a few parts costs
- * little; the hold is for many (detach_laggards).
+ * it was read that long ago), is held: none of its parts is detached
+ * until answers come back, or until nothing was answered for
+ * DETACH_HOLD_MS.  Detaching a few parts costs little; the hold is for
+ * many (detach_laggards).
  */
 #define HOLD_MIN_PARTS		10
 #define DETACH_HOLD_MS		6000
@@ -1910,16 +1911,18 @@ detach_laggards(void)
 	dlist_iter	iter;
 	List	   *slow = NIL;
 	List	   *overdue = NIL;
+	List	   *leaving;
 	ListCell   *lc;
 	StreamPage *p = stream_page;
 	TimestampTz now = polled_at;
-	TimestampTz quiet_since = Max(pump_last_answer_at(), p ? p->read_at : 0);
+	TimestampTz quiet_since;
 	long		wait = DETACH_AFTER_MS;
 	int			waiting = 0;
 	bool		held = false;
 
 	if (p == NULL || p->parts == 0 || followers <= 1 || now == 0)
 		return;
+	quiet_since = Max(pump_last_answer_at(), p->read_at);
 	if ((p->routed - p->finished) * 4 <= p->routed)
 		wait = Max(LAGGARD_MIN_MS,
 				   Min(2 * (p->progress_at - p->read_at) / 1000, DETACH_AFTER_MS));
@@ -1961,9 +1964,9 @@ detach_laggards(void)
 	}
 	else
 		p->holding = false;
-	if (!held)
-		overdue = list_concat(overdue, slow);
-	foreach(lc, overdue)
+	/* The overdue go in any case, the others unless the page is held. */
+	leaving = held ? overdue : list_concat(overdue, slow);
+	foreach(lc, leaving)
 	{
 		RelayEndpoint *ep = (RelayEndpoint *) lfirst(lc);
 
@@ -1974,7 +1977,7 @@ detach_laggards(void)
 		relay_detach(ep);
 	}
 	list_free(slow);
-	list_free(overdue);
+	list_free(leaving);
 }
 
 /* The step of rotate_round; as the relay starts, the version check too. */

@@ -174,6 +174,15 @@ def main():
     ran_out = False
     window_end = None
     samples = []                # (time.monotonic(), cpu_sample()) while waiting
+
+    def look(at, peak):
+        """Take a CPU sample at time.monotonic() AT; the larger of PEAK and
+        the relay's RssAnon now."""
+        samples.append((at, cpu_sample(pid, senders)))
+        try:
+            return max(peak, proc_status(pid)["RssAnon"])
+        except OSError:
+            return peak
     if args.window:
         # The window: successful attempts recorded between two readings of
         # the attempt log, timed by the server's clock.
@@ -212,11 +221,7 @@ def main():
                     (last_txid, last_txid, args.events, first_id, first_id, wait_ids))
         done, delivered, last_update, server_now = cur.fetchone()
         answered = time.monotonic()
-        samples.append((answered, cpu_sample(pid, senders)))
-        try:
-            peak_anon = max(peak_anon, proc_status(pid)["RssAnon"])
-        except OSError:
-            pass
+        peak_anon = look(answered, peak_anon)
         now = time.monotonic()
         if done == len(wait):
             break
@@ -242,11 +247,7 @@ def main():
             time.sleep(POLL)
             if time.monotonic() >= next_query:
                 break
-            samples.append((time.monotonic(), cpu_sample(pid, senders)))
-            try:
-                peak_anon = max(peak_anon, proc_status(pid)["RssAnon"])
-            except OSError:
-                pass
+            peak_anon = look(time.monotonic(), peak_anon)
 
     status = proc_status(pid)
     if window_end is None and not timed_out:

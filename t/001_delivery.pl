@@ -73,6 +73,22 @@ $node->safe_psql('postgres', q{SELECT outbox.emit('slow.second', '{}')});
 ok(wait_received($log, sub { grep({ $_->{body} =~ /slow\.second/ } @_) >= 1 }),
 	'an event committed while a page was in flight arrived without another commit');
 
-$node->stop;
+# A connection kept alive stays watched while it idles (http.c,
+# WatchState): when the receiver goes away and its connections close, the
+# relay stops watching them rather than waking for them without end.  An
+# idle relay (a poll an hour apart) uses next to no CPU; one woken by a
+# closed socket on every wait uses a core.
+my $relay = relay_pid();
 $receiver->kill_kill;
+usleep(500_000);
+my $cpu = sub {
+	my @f = split / /, PostgreSQL::Test::Utils::slurp_file("/proc/$relay/stat") =~ s/^.*\) //sr;
+	return $f[11] + $f[12];		# utime and stime, in clock ticks
+};
+my $before = $cpu->();
+sleep 3;
+my $ticks = $cpu->() - $before;
+cmp_ok($ticks, '<', 50, "the relay stays idle after its receiver closed its kept-alive connections ($ticks ticks in 3 s)");
+
+$node->stop;
 done_testing();

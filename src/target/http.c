@@ -279,36 +279,113 @@ pool_by_generation(uint32 generation)
 static int	curl_epfd = -1;
 
 /*
- * A socket libcurl starts watching has no pointer assigned (socketp) yet:
- * it is added, and marked, so that later changes are one MOD each rather
- * than a MOD that fails first (a system call per request saved).
+ * What the epoll set holds, by descriptor.  libcurl asks for a socket to
+ * be watched when a request starts on its connection and to be forgotten
+ * when the request is done, two system calls per request on a kept-alive
+ * connection.  A socket libcurl opened through open_socket_cb is instead
+ * left in the set while its connection idles (wanted false), and the next
+ * request on it costs nothing when it waits for the same events; should it
+ * wake while idle (the server closed it), act_on_sockets takes it out
+ * then.  Such a socket is known from its opening to its closing
+ * (close_socket_cb), which takes it out of the set with it.  Other sockets
+ * (the threaded resolver's) leave the set when libcurl forgets them.
  */
-static int	watched_mark;
+typedef struct WatchState
+{
+	uint32		registered;		/* EPOLLIN and EPOLLOUT as in the set; 0: not in it */
+	bool		ours;			/* opened by open_socket_cb, not yet closed */
+	bool		wanted;			/* libcurl watches it now */
+} WatchState;
+
+static WatchState *watch_states = NULL;
+static int	n_watch_states = 0;
+
+/* The state of fd, the array grown to hold it; NULL when out of memory. */
+static WatchState *
+watch_state(curl_socket_t fd)
+{
+	if (fd < 0)
+		return NULL;
+	if (fd >= n_watch_states)
+	{
+		int			grow = Max(fd + 1, Max(64, n_watch_states * 2));
+		WatchState *more = realloc(watch_states, sizeof(WatchState) * grow);
+
+		if (more == NULL)
+			return NULL;
+		memset(more + n_watch_states, 0, sizeof(WatchState) * (grow - n_watch_states));
+		watch_states = more;
+		n_watch_states = grow;
+	}
+	return &watch_states[fd];
+}
+
+/* A socket of our own is opened (open_socket_cb) or closed (close_socket_cb). */
+static void
+watch_opened(curl_socket_t fd, bool opened)
+{
+	WatchState *s = watch_state(fd);
+
+	if (s == NULL)
+		return;
+	/* A closed descriptor leaves the epoll set by itself. */
+	s->registered = 0;
+	s->wanted = false;
+	s->ours = opened;
+}
+
+/* Put fd in the set for events, or change what it is watched for. */
+static bool
+watch_set(WatchState *s, curl_socket_t fd, uint32 events, uint32 generation)
+{
+	struct epoll_event ev;
+
+	memset(&ev, 0, sizeof(ev));
+	ev.events = events;
+	ev.data.u64 = ((uint64) generation << 32) | (uint32) fd;
+	if (epoll_ctl(curl_epfd, s->registered ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &ev) != 0)
+	{
+		/* the record was wrong about the set: try the other way once */
+		if (errno != ENOENT && errno != EEXIST)
+			return false;
+		if (epoll_ctl(curl_epfd, errno == ENOENT ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, fd, &ev) != 0)
+			return false;
+	}
+	s->registered = events;
+	return true;
+}
+
+static void
+watch_drop(WatchState *s, curl_socket_t fd)
+{
+	(void) epoll_ctl(curl_epfd, EPOLL_CTL_DEL, fd, NULL);
+	if (s != NULL)
+		s->registered = 0;
+}
 
 static int
 socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp, void *socketp)
 {
 	HttpPool   *pool = (HttpPool *) userp;
-	struct epoll_event ev;
+	WatchState *s = watch_state(fd);
+	uint32		events;
 
 	if (what == CURL_POLL_REMOVE)
 	{
-		/* libcurl tells us before it closes the socket */
-		(void) epoll_ctl(curl_epfd, EPOLL_CTL_DEL, fd, NULL);
+		if (s != NULL && s->ours)
+			s->wanted = false;	/* left in the set while it idles */
+		else
+			watch_drop(s, fd);
 		return 0;
 	}
-	memset(&ev, 0, sizeof(ev));
-	ev.events = ((what & CURL_POLL_IN) ? EPOLLIN : 0) | ((what & CURL_POLL_OUT) ? EPOLLOUT : 0);
-	ev.data.u64 = ((uint64) pool->generation << 32) | (uint32) fd;
-	if (socketp != NULL && epoll_ctl(curl_epfd, EPOLL_CTL_MOD, fd, &ev) == 0)
+	if (s == NULL)
+		return -1;				/* libcurl fails the transfer */
+	events = ((what & CURL_POLL_IN) ? EPOLLIN : 0) | ((what & CURL_POLL_OUT) ? EPOLLOUT : 0);
+	s->wanted = true;
+	/* a socket belongs to one pool (its connection's) all its life */
+	if (s->ours && s->registered == events)
 		return 0;
-	if (epoll_ctl(curl_epfd, EPOLL_CTL_ADD, fd, &ev) == 0 ||
-		(errno == EEXIST && epoll_ctl(curl_epfd, EPOLL_CTL_MOD, fd, &ev) == 0))
-	{
-		curl_multi_assign(pool->multi, fd, &watched_mark);
-		return 0;
-	}
-	return -1;					/* libcurl fails the transfer */
+	return watch_set(s, fd, events, pool->generation) ? 0 : -1;
 }
 
 static void
@@ -348,6 +425,12 @@ act_on_sockets(void)
 			(void) epoll_ctl(curl_epfd, EPOLL_CTL_DEL, fd, NULL);
 			continue;
 		}
+		if (fd < n_watch_states && !watch_states[fd].wanted)
+		{
+			/* an idle connection woke (closed by the server, say) */
+			watch_drop(&watch_states[fd], fd);
+			continue;
+		}
 		if (evs[i].events & EPOLLIN)
 			flags |= CURL_CSELECT_IN;
 		if (evs[i].events & EPOLLOUT)
@@ -359,6 +442,12 @@ act_on_sockets(void)
 }
 
 #else							/* !HAVE_SYS_EPOLL_H */
+
+/* The wait set is rebuilt from what libcurl watches: nothing to track. */
+static void
+watch_opened(curl_socket_t fd, bool opened)
+{
+}
 
 typedef struct WatchedSocket
 {
@@ -910,6 +999,7 @@ open_socket_cb(void *clientp, curlsocktype purpose, struct curl_sockaddr *addres
 {
 	HttpRequest *req = (HttpRequest *) clientp;
 	const char *why = address_refusal(&address->addr, &outbox_allowed_networks);
+	curl_socket_t fd;
 
 	if (why != NULL)
 	{
@@ -923,7 +1013,18 @@ open_socket_cb(void *clientp, curlsocktype purpose, struct curl_sockaddr *addres
 				 "refused to connect to %s, %s; outbox.allowed_networks can allow it", ip, why);
 		return CURL_SOCKET_BAD;
 	}
-	return socket(address->family, address->socktype, address->protocol);
+	fd = socket(address->family, address->socktype, address->protocol);
+	if (fd != CURL_SOCKET_BAD)
+		watch_opened(fd, true);
+	return fd;
+}
+
+/* libcurl closes a socket it opened through open_socket_cb (or another). */
+static int
+close_socket_cb(void *clientp, curl_socket_t fd)
+{
+	watch_opened(fd, false);
+	return close(fd);
 }
 
 /* Start a request; see HttpRequest for who owns what. */
@@ -991,6 +1092,7 @@ http_submit(HttpRequest *req)
 	curl_easy_setopt(easy, CURLOPT_PRIVATE, req);
 	curl_easy_setopt(easy, CURLOPT_OPENSOCKETFUNCTION, open_socket_cb);
 	curl_easy_setopt(easy, CURLOPT_OPENSOCKETDATA, req);
+	curl_easy_setopt(easy, CURLOPT_CLOSESOCKETFUNCTION, close_socket_cb);
 	/* No proxy from the server's environment: it would bypass the checks. */
 	curl_easy_setopt(easy, CURLOPT_PROXY, "");
 	if (outbox_ca_file != NULL && outbox_ca_file[0] != '\0')

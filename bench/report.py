@@ -228,6 +228,15 @@ def build_rows_issue11(r, row):
             ", ".join(f"{fmt(float(x))}/s" for x in r["one.rounds"].split(",")),
             "wrk " + ", ".join(f"{fmt(float(x))}/s" for x in r["one_wrk.rounds"].split(",")),
             "", "", None)
+    if "one_curl.rate" in r:
+        # libcurl alone on the same request (bench/curl_post.c): the most a
+        # relay sending through libcurl could reach
+        curl = num(r, "one_curl.rate")
+        row("8 libcurl alone, same request and concurrency (bench/curl_post.c)",
+            f"{fmt(curl)}/s ({', '.join(fmt(float(x)) + '/s' for x in r['one_curl.rounds'].split(','))})",
+            f"wrk {fmt(num(r, 'one_wrk.rate'))}/s", fmt(ratio(curl, num(r, "one_wrk.rate"))), "", None)
+        row("8 the relay against libcurl alone", rate_and_cpu(r, "one"), f"libcurl alone {fmt(curl)}/s",
+            fmt(ratio(one, curl)), "", None)
 
     # 9. Many endpoints, each with its own event type, against one endpoint
     # delivered the same way in the same rounds (before 399ff4b: case 8's)

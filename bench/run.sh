@@ -880,16 +880,32 @@ wrk_rate()
 		sed -n 's/^Requests\/sec: *\([0-9.]*\)/\1/p'
 }
 
-# Case 8: case 2 at the default settings (no senders).
+# curl_rate URL CONNECTIONS: requests/s of libcurl alone (bench/curl_post.c,
+# built here), WRK_SECONDS, sending wrk's request the way http.c does.
+curl_rate()
+{
+	[ -x "$WORK/curl_post" ] || cc -O2 -o "$WORK/curl_post" "$BENCH/curl_post.c" -lcurl
+	[ -f "$WORK/request" ] || write_wrk_request
+	local rate failed
+	read -r rate failed < <("$WORK/curl_post" "$1" "$2" "$WRK_SECONDS" <"$WORK/request")
+	[ "$failed" = 0 ] || log "  libcurl alone: $failed requests not answered 2xx" >&2
+	echo "$rate"
+}
+
+# Case 8: case 2 at the default settings (no senders).  Each round also
+# times libcurl alone sending the same request at the same concurrency
+# (bench/curl_post.c): what the relay could reach if reading, signing and
+# recording cost nothing.
 case_one_default()
 {
-	local round rps conns
+	local round rps crps conns
 
 	use_default_settings
 	conns=$(sql "SELECT coalesce(current_setting('outbox.endpoint_concurrency', true), '32')")
 	log "case 8: one endpoint at default settings, $MANY_EVENTS events waiting;" \
-		"$ONE_ROUNDS rounds of the relay and of wrk ($conns connections) in turn (the medians count)"
+		"$ONE_ROUNDS rounds of the relay, of wrk and of libcurl alone ($conns connections) in turn (the medians count)"
 	: >"$WORK/wrk8.runs"
+	: >"$WORK/curl8.runs"
 	for round in $(seq "$ONE_ROUNDS"); do
 		fresh_outbox
 		new_endpoint "one$round" "http://127.0.0.1:$NGINX_PORT/one"
@@ -899,10 +915,15 @@ case_one_default()
 		rps=$(wrk_rate "http://127.0.0.1:$NGINX_PORT/wrk" "$conns")
 		echo "$rps" >>"$WORK/wrk8.runs"
 		log "  wrk, 1 thread, $conns connections, ${WRK_SECONDS} s: $rps requests/s"
+		crps=$(curl_rate "http://127.0.0.1:$NGINX_PORT/wrk" "$conns")
+		echo "$crps" >>"$WORK/curl8.runs"
+		log "  libcurl alone (bench/curl_post.c), $conns in flight, ${WRK_SECONDS} s: $crps requests/s"
 	done
 	keep_median_round one
 	result one_wrk.rate "$(median <"$WORK/wrk8.runs")"
 	result one_wrk.rounds "$(paste -sd, "$WORK/wrk8.runs")"
+	result one_curl.rate "$(median <"$WORK/curl8.runs")"
+	result one_curl.rounds "$(paste -sd, "$WORK/curl8.runs")"
 }
 
 # Case 9: MANY_EVENTS events spread over 1,000 and then 10,000 endpoints,

@@ -20,6 +20,8 @@
 # Part 6: a page whose parts are all late while nothing is answered
 # waits for them rather than detaching them.
 # Part 7: a page of one silent part is detached as before, not held.
+# Part 8: a silent part beside parts answered once a second is detached
+# after 7.5 s, however often their answers end the page's hold.
 use strict;
 use warnings;
 use FindBin;
@@ -340,6 +342,47 @@ $took = time() - $t0;
 ok($took < 4, sprintf('after about 1.5 s, not 6 (%.1f s)', $took));
 PostgreSQL::Test::Utils::append_to_file($release7, '');
 ok(wait_received($log, got_all('/solo', $solo)), 'once released, solo got its event');
+sql("SELECT outbox.resume_endpoint('all')");
+
+############################################################################
+# Part 8: answers trickling in do not hold a silent part past OVERDUE_MS
+############################################################################
+
+# Ten parts answered one request a second (max_in_flight 1, a second each,
+# twenty events each) beside one whose receiver holds its request: nothing
+# is answered for most of each second, so the page is held, and each
+# second's answers end the hold and start the waits again.  Without a
+# bound the silent part would be held as long as the ten have requests
+# (about 20 s); a part with no answer of its own for 7.5 s goes whatever
+# the holds (relay.c, OVERDUE_MS).  "all" is paused, so that the page has
+# these eleven parts.
+sql("SELECT outbox.pause_endpoint('all')");
+sql(qq{
+SELECT count(outbox.create_endpoint('tr' || n, '$url/tr' || n, ARRAY['tr.' || n], max_in_flight => 1))
+  FROM generate_series(1, 10) n;
+SELECT outbox.create_endpoint('mute', '$url/mute', '{mute}', timeout => '1 minute');
+});
+ok(follows_again($_), "$_ follows the stream") for ((map { "tr$_" } 1 .. 10), 'mute');
+my $release8 = PostgreSQL::Test::Utils::tempdir() . '/release8';
+$from = -s $node->logfile;
+my @trickle = split /\n/, sql(qq{
+SELECT outbox.emit(t.type, jsonb_build_object('i', i), headers => t.headers)
+  FROM (SELECT 'tr.' || n AS type, '{"x-test-delay": "1"}'::jsonb AS headers, i
+          FROM generate_series(1, 10) n, generate_series(1, 20) i
+        UNION ALL SELECT 'mute', '{"x-test-hold": "$release8"}', 0) t});
+$t0 = time();
+ok($node->poll_query_until('postgres',
+		"SELECT NOT follows FROM outbox.positions WHERE endpoint_id = outbox._endpoint_id('mute')"),
+	'the silent part beside parts answered once a second stopped following the stream');
+$took = time() - $t0;
+ok($took < 14, sprintf('after about 7.5 s, not once the others had no requests left (%.1f s)', $took));
+ok(wait_received($log, sub { my @r = @_; grep({ $_->{path} =~ m{^/tr\d+$} } @r) >= 200 }),
+	'the ten got their 200 events');
+@detached = grep { /stops following the stream/ } split /\n/, slurp_file($node->logfile, $from);
+is(join(',', map { /endpoint "([^"]+)"/ ? $1 : '?' } @detached), 'mute',
+	'only the silent part was detached, not the ten answering once a second');
+PostgreSQL::Test::Utils::append_to_file($release8, '');
+ok(wait_received($log, sub { grep { $_->{path} eq '/mute' } @_ }), 'once released, mute got its event');
 sql("SELECT outbox.resume_endpoint('all')");
 
 my $errors = () = slurp_file($node->logfile) =~ /outbox relay.*\bERROR:|\[\d+\] ERROR:.*outbox/g;

@@ -16,6 +16,7 @@
  */
 #include <curl/curl.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,8 +33,13 @@ static size_t body_len;
 static struct curl_slist *headers;
 static long done_ok, done_failed;
 
-/* what the epoll set holds, by descriptor: EPOLLIN/EPOLLOUT, 0 for nothing */
+/*
+ * What the epoll set holds, by descriptor (EPOLLIN/EPOLLOUT, 0 for
+ * nothing), and whether libcurl watches it now: as in http.c, a socket
+ * that waited for an answer stays in the set while its connection idles.
+ */
 static unsigned registered[65536];
+static bool wanted[65536];
 
 static double
 now(void)
@@ -53,7 +59,15 @@ socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp, void *socketp)
 	if (fd < 0 || fd >= 65536)
 		return -1;
 	if (what == CURL_POLL_REMOVE)
-		return 0;				/* left in the set while its connection idles */
+	{
+		wanted[fd] = false;
+		if (registered[fd] & EPOLLIN)
+			return 0;			/* left in the set while its connection idles */
+		epoll_ctl(epfd, EPOLL_CTL_DEL, fd, NULL);
+		registered[fd] = 0;
+		return 0;
+	}
+	wanted[fd] = true;
 	events = ((what & CURL_POLL_IN) ? EPOLLIN : 0) | ((what & CURL_POLL_OUT) ? EPOLLOUT : 0);
 	if (registered[fd] == events)
 		return 0;
@@ -65,6 +79,16 @@ socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp, void *socketp)
 		return -1;
 	registered[fd] = events;
 	return 0;
+}
+
+static curl_socket_t
+open_cb(void *clientp, curlsocktype purpose, struct curl_sockaddr *address)
+{
+	curl_socket_t fd = socket(address->family, address->socktype, address->protocol);
+
+	if (fd >= 0 && fd < 65536)
+		registered[fd] = 0, wanted[fd] = false;
+	return fd;
 }
 
 static int
@@ -113,6 +137,7 @@ submit(CURL *easy)
 	curl_easy_setopt(easy, CURLOPT_HTTP_TRANSFER_DECODING, 0L);
 	curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, write_cb);
 	curl_easy_setopt(easy, CURLOPT_HEADERFUNCTION, header_cb);
+	curl_easy_setopt(easy, CURLOPT_OPENSOCKETFUNCTION, open_cb);
 	curl_easy_setopt(easy, CURLOPT_CLOSESOCKETFUNCTION, close_cb);
 	curl_easy_setopt(easy, CURLOPT_PROXY, "");
 	curl_multi_add_handle(multi, easy);
@@ -200,14 +225,22 @@ main(int argc, char **argv)
 		for (int i = 0; i < n; i++)
 		{
 			int			flags = 0;
+			int			fd = evs[i].data.fd;
 
+			if (!wanted[fd])
+			{
+				/* an idle connection woke (closed by the server, say) */
+				epoll_ctl(epfd, EPOLL_CTL_DEL, fd, NULL);
+				registered[fd] = 0;
+				continue;
+			}
 			if (evs[i].events & EPOLLIN)
 				flags |= CURL_CSELECT_IN;
 			if (evs[i].events & EPOLLOUT)
 				flags |= CURL_CSELECT_OUT;
 			if (evs[i].events & (EPOLLERR | EPOLLHUP))
 				flags |= CURL_CSELECT_ERR;
-			curl_multi_socket_action(multi, evs[i].data.fd, flags, &running);
+			curl_multi_socket_action(multi, fd, flags, &running);
 		}
 		/* as the relay does (http.c, act_on_timers): libcurl's timer when due */
 		if (timer_due >= 0 && now() >= timer_due)

@@ -888,6 +888,7 @@ curl_rate()
 	[ -f "$WORK/request" ] || write_wrk_request
 	local rate failed
 	read -r rate failed < <("$WORK/curl_post" "$1" "$2" "$WRK_SECONDS" <"$WORK/request")
+	[ -n "$rate" ] || die "bench/curl_post.c gave no rate"
 	[ "$failed" = 0 ] || log "  libcurl alone: $failed requests not answered 2xx" >&2
 	echo "$rate"
 }

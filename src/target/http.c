@@ -256,7 +256,7 @@ is_also_watched(pgsocket fd)
 	return false;
 }
 
-static HttpPool *
+static pg_attribute_unused() HttpPool *
 pool_by_generation(uint32 generation)
 {
 	dlist_iter	iter;
@@ -287,8 +287,10 @@ static int	curl_epfd = -1;
  * request on it costs nothing when it waits for the same events; should it
  * wake while idle (the server closed it), act_on_sockets takes it out
  * then.  Such a socket is known from its opening to its closing
- * (close_socket_cb), which takes it out of the set with it.  Other sockets
- * (the threaded resolver's) leave the set when libcurl forgets them.
+ * (close_socket_cb), which takes it out of the set with it, once it has
+ * waited for an answer (see socket_cb).  Other sockets (the threaded
+ * resolver's, and those of connections that never answered) leave the set
+ * when libcurl forgets them.
  */
 typedef struct WatchState
 {
@@ -372,10 +374,20 @@ socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp, void *socketp)
 
 	if (what == CURL_POLL_REMOVE)
 	{
-		if (s != NULL && s->ours)
+		/*
+		 * Only a connection that waited for an answer is left in the set.
+		 * libcurl 7.88 to 8.1 close a socket that never connected without
+		 * the close-socket callback (curl pull request 11439): such a
+		 * socket only ever waits to write, and is dropped now, for good.
+		 */
+		if (s != NULL && s->ours && (s->registered & EPOLLIN))
 			s->wanted = false;	/* left in the set while it idles */
 		else
+		{
 			watch_drop(s, fd);
+			if (s != NULL)
+				s->ours = false;
+		}
 		return 0;
 	}
 	if (s == NULL)

@@ -22,6 +22,7 @@ OBJS = \
 	src/target/sign.o \
 	src/target/format.o \
 	src/target/http.o \
+	src/target/http1.o \
 	src/target/address.o \
 	src/target/auth.o \
 	src/target/target.o \

@@ -29,6 +29,10 @@ serves many endpoints at once:
                    an extension, and a trailer) and keep the connection open
                    for more; the log line of a request on a connection
                    used before says how many it has carried ("on_connection")
+  /closes_kept     answer 200 "ok" and keep the connection open; read the
+                   next request on it, log it ("on_connection": 2) and
+                   close the connection without answering (as a server
+                   whose idle timeout runs out as the request comes)
   /garbage         answer a line of garbage instead of a status line
   /status/N        answer status N with an empty body; the query may add
                    retry_after=S (Retry-After: S) and location=URL
@@ -249,6 +253,15 @@ def handle(conn):
                 log({"t": time.time(), "path": urlsplit(target).path,
                      "method": method, "headers": headers, "body": body,
                      "on_connection": n})
+            conn.close()
+        elif mode[0] == "closes_kept":
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            req = read_request(conn)
+            if req is not None:
+                method, target, headers, body = req
+                log({"t": time.time(), "path": urlsplit(target).path,
+                     "method": method, "headers": headers, "body": body,
+                     "on_connection": 2})
             conn.close()
         elif mode[0] == "garbage":
             conn.sendall(b"SURELY NOT HTTP \x00\x01\x02 <html>\r\n\r\n")

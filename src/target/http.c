@@ -30,6 +30,7 @@
 #include "address.h"
 #include "guc.h"
 #include "http.h"
+#include "http1.h"
 #include "kafka.h"
 #include "nats.h"
 #include "rabbitmq.h"
@@ -227,6 +228,9 @@ typedef struct HttpPool
 static HttpPool *current = NULL;
 static dlist_head retiring = DLIST_STATIC_INIT(retiring);
 static uint32 next_generation = 0;
+
+/* In the epoll data of a socket of http1.c's, where a pool's generation is. */
+#define HTTP1_TAG	PG_UINT32_MAX
 static dlist_head in_flight = DLIST_STATIC_INIT(in_flight);
 
 /*
@@ -296,6 +300,7 @@ typedef struct WatchState
 {
 	uint32		registered;		/* EPOLLIN and EPOLLOUT as in the set; 0: not in it */
 	bool		ours;			/* opened by open_socket_cb, not yet closed */
+	bool		taken;			/* handed to http1.c: libcurl must not close it */
 	bool		wanted;			/* libcurl watches it now */
 } WatchState;
 
@@ -334,6 +339,7 @@ watch_opened(curl_socket_t fd, bool opened)
 	s->registered = 0;
 	s->wanted = false;
 	s->ours = opened;
+	s->taken = false;
 }
 
 /* Put fd in the set for events, or change what it is watched for. */
@@ -363,6 +369,49 @@ watch_drop(WatchState *s, curl_socket_t fd)
 	(void) epoll_ctl(curl_epfd, EPOLL_CTL_DEL, fd, NULL);
 	if (s != NULL)
 		s->registered = 0;
+}
+
+/* http1.c watches one of its sockets for events (EPOLLIN or EPOLLOUT). */
+bool
+http_watch(pgsocket fd, uint32 events)
+{
+	WatchState *s = watch_state(fd);
+
+	if (s == NULL)
+		return false;
+	s->wanted = true;
+	if (s->registered == events)
+		return true;
+	return watch_set(s, fd, events, HTTP1_TAG);
+}
+
+/* http1.c is about to close one of its sockets. */
+void
+http_forget(pgsocket fd)
+{
+	WatchState *s = watch_state(fd);
+
+	if (s != NULL && s->registered != 0)
+		watch_drop(s, fd);
+	if (s != NULL)
+		s->wanted = s->ours = s->taken = false;
+}
+
+/*
+ * libcurl connected fd for http1.c: out of the set, and kept open when
+ * libcurl closes its connection (close_socket_cb).
+ */
+static void
+take_socket(pgsocket fd)
+{
+	WatchState *s = watch_state(fd);
+
+	if (s == NULL)
+		return;
+	if (s->registered != 0)
+		watch_drop(s, fd);
+	s->wanted = s->ours = false;
+	s->taken = true;
 }
 
 static int
@@ -429,8 +478,14 @@ act_on_sockets(void)
 	{
 		int			flags = 0;
 		curl_socket_t fd = (curl_socket_t) (uint32) evs[i].data.u64;
-		HttpPool   *pool = pool_by_generation((uint32) (evs[i].data.u64 >> 32));
+		HttpPool   *pool;
 
+		if ((uint32) (evs[i].data.u64 >> 32) == HTTP1_TAG)
+		{
+			http1_event(fd, evs[i].events);
+			continue;
+		}
+		pool = pool_by_generation((uint32) (evs[i].data.u64 >> 32));
 		if (pool == NULL)
 		{
 			/* its pool is gone, and so is the socket libcurl watched */
@@ -458,6 +513,23 @@ act_on_sockets(void)
 /* The wait set is rebuilt from what libcurl watches: nothing to track. */
 static void
 watch_opened(curl_socket_t fd, bool opened)
+{
+}
+
+/* Without epoll http1.c sends nothing (http1_wanted). */
+bool
+http_watch(pgsocket fd, uint32 events)
+{
+	return false;
+}
+
+void
+http_forget(pgsocket fd)
+{
+}
+
+static void
+take_socket(pgsocket fd)
 {
 }
 
@@ -582,6 +654,9 @@ pool_create(int max_total)
 		pfree(pool);
 		elog(ERROR, "could not create a libcurl multi handle");
 	}
+	/* the epoll data of http1.c's sockets is HTTP1_TAG in place of a pool's */
+	if (next_generation == HTTP1_TAG)
+		next_generation = 0;
 	pool->generation = next_generation++;
 	curl_multi_setopt(pool->multi, CURLMOPT_PIPELINING, CURLPIPE_MULTIPLEX);
 	curl_multi_setopt(pool->multi, CURLMOPT_SOCKETFUNCTION, socket_cb);
@@ -701,6 +776,7 @@ http_configure(int max_total)
 	}
 	(void) http_socket_room(max_total);
 	pool_limits(current, max_total);
+	http1_retire(current->generation, max_total);
 }
 
 void
@@ -711,6 +787,7 @@ http_start(int max_total)
 	connect_policy_now(&connect_policy);
 	(void) http_socket_room(max_total);
 	current = pool_create(max_total);
+	http1_retire(current->generation, max_total);
 }
 
 /*
@@ -825,7 +902,7 @@ keep_whole(HttpRequest *req, const char *data, size_t n)
 	req->whole_len += n;
 }
 
-static void
+static size_t
 decode_chunked(HttpRequest *req, const char *data, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
@@ -833,6 +910,8 @@ decode_chunked(HttpRequest *req, const char *data, size_t n)
 		unsigned char c = (unsigned char) data[i];
 		int			digit;
 
+		if (req->chunk_state == CHUNK_DONE)
+			return i;			/* what follows is not this response's */
 		if (req->chunk_state == CHUNK_DATA)
 		{
 			size_t		take = Min((uint64) (n - i), req->chunk_left);
@@ -885,22 +964,22 @@ decode_chunked(HttpRequest *req, const char *data, size_t n)
 				break;
 		}
 	}
+	return n;
 }
 
 /*
- * Every byte after the headers comes here, raw.  Past
- * OUTBOX_RESPONSE_FRAMING bytes of framing the transfer is failed as a
- * flood; past OUTBOX_RESPONSE_READ bytes in all the relay hangs up, and a
- * long body counts as its status (http_next_done).
+ * Every byte after the headers comes here, raw, from libcurl (write_cb) or
+ * from http1.c; *used says how many were this response's (a chunked body
+ * ends where its framing says).  Past OUTBOX_RESPONSE_FRAMING bytes of
+ * framing the response is a flood (req->exceeded); past
+ * OUTBOX_RESPONSE_READ bytes in all the relay hangs up, and a long body
+ * counts as its status (http_next_done).  Returns false at either.
  */
-static size_t
-write_cb(char *data, size_t size, size_t nmemb, void *userdata)
+bool
+http_response_body(HttpRequest *req, const char *data, size_t n, size_t *used)
 {
-	HttpRequest *req = (HttpRequest *) userdata;
-	size_t		n = size * nmemb;
-
 	if (req->chunked)
-		decode_chunked(req, data, n);
+		n = decode_chunked(req, data, n);
 	else
 	{
 		size_t		keep = Min(n, OUTBOX_RESPONSE_KEEP - req->response_len);
@@ -912,14 +991,30 @@ write_cb(char *data, size_t size, size_t nmemb, void *userdata)
 		keep_whole(req, data, n);
 	}
 	req->response_read += n;
+	*used = n;
 	if (req->framing_read > OUTBOX_RESPONSE_FRAMING)
 	{
 		req->exceeded = "the response's chunk framing (sizes, extensions, trailers) exceeded 16 kB";
-		return 0;
+		return false;
 	}
 	if (req->response_read > OUTBOX_RESPONSE_READ)
-		return 0;				/* enough: hang up */
-	return n;
+		return false;			/* enough: hang up */
+	return true;
+}
+
+/* Has a chunked body ended (its last chunk and trailers read)? */
+bool
+http_response_chunks_done(const HttpRequest *req)
+{
+	return req->chunk_state == CHUNK_DONE;
+}
+
+static size_t
+write_cb(char *data, size_t size, size_t nmemb, void *userdata)
+{
+	size_t		used;
+
+	return http_response_body((HttpRequest *) userdata, data, size * nmemb, &used) ? size * nmemb : 0;
 }
 
 /*
@@ -958,14 +1053,13 @@ take_header(const char *line, size_t len, const char *name, char *dst, size_t ds
 }
 
 /*
- * Each header line of each response, 1xx responses included, comes here:
- * they are bounded together by OUTBOX_RESPONSE_HEADERS.
+ * Each header line of each response, 1xx responses included, comes here,
+ * from libcurl (header_cb) or from http1.c: they are bounded together by
+ * OUTBOX_RESPONSE_HEADERS.  Returns false past it (req->exceeded).
  */
-static size_t
-header_cb(char *data, size_t size, size_t nmemb, void *userdata)
+bool
+http_response_header(HttpRequest *req, const char *data, size_t n)
 {
-	HttpRequest *req = (HttpRequest *) userdata;
-	size_t		n = size * nmemb;
 	const char *te;
 	size_t		te_len;
 
@@ -973,7 +1067,7 @@ header_cb(char *data, size_t size, size_t nmemb, void *userdata)
 	if (req->headers_read > OUTBOX_RESPONSE_HEADERS)
 	{
 		req->exceeded = "the response's headers (1xx responses included) exceeded 64 kB";
-		return 0;
+		return false;
 	}
 	/* A status line starts a response: its own headers follow. */
 	if (n >= 5 && memcmp(data, "HTTP/", 5) == 0)
@@ -998,7 +1092,13 @@ header_cb(char *data, size_t size, size_t nmemb, void *userdata)
 			if (pg_strncasecmp(te + i, "chunked", 7) == 0)
 				req->chunked = true;
 	}
-	return n;
+	return true;
+}
+
+static size_t
+header_cb(char *data, size_t size, size_t nmemb, void *userdata)
+{
+	return http_response_header((HttpRequest *) userdata, data, size * nmemb) ? size * nmemb : 0;
 }
 
 /*
@@ -1035,24 +1135,23 @@ open_socket_cb(void *clientp, curlsocktype purpose, struct curl_sockaddr *addres
 static int
 close_socket_cb(void *clientp, curl_socket_t fd)
 {
+#ifdef HAVE_SYS_EPOLL_H
+	WatchState *s = watch_state(fd);
+
+	if (s != NULL && s->taken)
+	{
+		s->taken = false;		/* http1.c's now */
+		return 0;
+	}
+#endif
 	watch_opened(fd, false);
 	return close(fd);
 }
 
-/* Start a request; see HttpRequest for who owns what. */
+/* A request's results as they are before it is sent. */
 void
-http_submit(HttpRequest *req)
+http_response_reset(HttpRequest *req)
 {
-	CURL	   *easy = get_handle();
-
-	if (easy == NULL)
-	{
-		curl_slist_free_all(req->headers);
-		req->headers = NULL;
-		elog(ERROR, "could not create a libcurl easy handle");
-	}
-	req->easy = easy;
-	req->pool = current;
 	req->status = 0;
 	req->transport_error = false;
 	req->error[0] = '\0';
@@ -1071,6 +1170,93 @@ http_submit(HttpRequest *req)
 	req->exceeded = NULL;
 	req->whole_len = 0;
 	req->whole_over = false;
+}
+
+/* An easy handle for req, or an error (its header list freed). */
+static CURL *
+handle_for(HttpRequest *req)
+{
+	CURL	   *easy = get_handle();
+
+	if (easy == NULL)
+	{
+		curl_slist_free_all(req->headers);
+		req->headers = NULL;
+		elog(ERROR, "could not create a libcurl easy handle");
+	}
+	req->easy = easy;
+	req->pool = current;
+	return easy;
+}
+
+/* Hand req's handle to libcurl, or an error (its header list freed). */
+static void
+add_to_pool(HttpRequest *req)
+{
+	if (curl_multi_add_handle(current->multi, req->easy) != CURLM_OK)
+	{
+		put_handle(req->easy, current);
+		curl_slist_free_all(req->headers);
+		req->headers = NULL;
+		req->easy = NULL;
+		req->pool = NULL;
+		elog(ERROR, "could not add a request to the libcurl multi handle");
+	}
+	current->in_flight++;
+	dlist_push_tail(&in_flight, &req->node);
+}
+
+/*
+ * Have libcurl open a connection for req, which http1.c sends it on once
+ * connected (http_next_done): the name resolved, the address policy
+ * applied (open_socket_cb), the endpoint's timeout counting from
+ * http_submit.
+ */
+void
+http_connect(HttpRequest *req)
+{
+	CURL	   *easy = handle_for(req);
+	long		left = req->timeout_ms -
+		(long) ((GetCurrentTimestamp() - req->submitted_at) / 1000);
+
+	left = Max(left, 1);
+	req->connecting = true;
+	curl_easy_setopt(easy, CURLOPT_URL, req->url);
+	curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http");
+	curl_easy_setopt(easy, CURLOPT_CONNECT_ONLY, 1L);
+	curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, left);
+	curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, Min(left, 10000L));
+	curl_easy_setopt(easy, CURLOPT_TCP_NODELAY, 1L);
+	curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, req->error);
+	curl_easy_setopt(easy, CURLOPT_PRIVATE, req);
+	curl_easy_setopt(easy, CURLOPT_OPENSOCKETFUNCTION, open_socket_cb);
+	curl_easy_setopt(easy, CURLOPT_OPENSOCKETDATA, req);
+	curl_easy_setopt(easy, CURLOPT_CLOSESOCKETFUNCTION, close_socket_cb);
+	curl_easy_setopt(easy, CURLOPT_PROXY, "");
+	add_to_pool(req);
+}
+
+/*
+ * Start a request; see HttpRequest for who owns what.  Plain http goes
+ * over http1.c's connections (on a kept one, or on one libcurl opens for
+ * it), https through libcurl.
+ */
+void
+http_submit(HttpRequest *req)
+{
+	CURL	   *easy;
+
+	req->submitted_at = GetCurrentTimestamp();
+	req->connecting = false;
+	http_response_reset(req);
+	if (http1_wanted(req->url))
+	{
+		if (!http1_send_on_idle(req))
+			http_connect(req);
+		return;
+	}
+	easy = handle_for(req);
 
 	curl_easy_setopt(easy, CURLOPT_URL, req->url);
 	curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
@@ -1120,17 +1306,7 @@ http_submit(HttpRequest *req)
 		curl_easy_setopt(easy, CURLOPT_SSLKEY, req->client_key);
 	}
 
-	if (curl_multi_add_handle(current->multi, easy) != CURLM_OK)
-	{
-		put_handle(easy, current);
-		curl_slist_free_all(req->headers);
-		req->headers = NULL;
-		req->easy = NULL;
-		req->pool = NULL;
-		elog(ERROR, "could not add a request to the libcurl multi handle");
-	}
-	current->in_flight++;
-	dlist_push_tail(&in_flight, &req->node);
+	add_to_pool(req);
 }
 
 /* Let libcurl act on the timer of each pool that is due. */
@@ -1190,6 +1366,8 @@ http_wait(long timeout_ms)
 		if (pool->timer_due != 0 && (first_due == 0 || pool->timer_due < first_due))
 			first_due = pool->timer_due;
 	}
+	if (http1_next_due() != 0 && (first_due == 0 || http1_next_due() < first_due))
+		first_due = http1_next_due();
 	if (first_due != 0)
 		wait_ms = Min(wait_ms, Max(0, TimestampDifferenceMilliseconds(GetCurrentTimestamp(), first_due)));
 	build_wait_set();
@@ -1225,6 +1403,8 @@ http_wait(long timeout_ms)
 #endif
 	}
 	act_on_timers();
+	if (http1_next_due() != 0)
+		http1_expire(GetCurrentTimestamp());
 	return latch;
 }
 
@@ -1248,15 +1428,18 @@ http_wait_also(pgsocket sock)
  * was is cleaned up, closing its connections.
  */
 static void
-release(HttpRequest *req)
+release(HttpRequest *req, bool keep_headers)
 {
 	HttpPool   *pool = req->pool;
 
 	curl_multi_remove_handle(pool->multi, req->easy);
 	put_handle(req->easy, pool);
-	curl_slist_free_all(req->headers);
+	if (!keep_headers)
+	{
+		curl_slist_free_all(req->headers);
+		req->headers = NULL;
+	}
 	req->easy = NULL;
-	req->headers = NULL;
 	req->pool = NULL;
 	dlist_delete(&req->node);
 	if (--pool->in_flight == 0 && pool != current)
@@ -1308,27 +1491,54 @@ reword_auth_failure(HttpRequest *req, CURLcode rc)
 HttpRequest *
 http_next_done(void)
 {
-	CURLMsg    *msg = next_message(current);
+	CURLMsg    *msg;
 	HttpRequest *req;
 	CURLcode	rc;
 	double		total = 0;
 
-	if (msg == NULL)
+	for (;;)
 	{
-		dlist_iter	iter;
+		curl_socket_t fd = CURL_SOCKET_BAD;
+		uint32		generation;
 
-		dlist_foreach(iter, &retiring)
+		if ((req = http1_next_done()) != NULL)
+			return req;
+		msg = next_message(current);
+		if (msg == NULL)
 		{
-			msg = next_message(dlist_container(HttpPool, node, iter.cur));
-			if (msg != NULL)
-				break;
-		}
-	}
-	if (msg == NULL)
-		return NULL;
+			dlist_iter	iter;
 
-	rc = msg->data.result;
-	curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **) &req);
+			dlist_foreach(iter, &retiring)
+			{
+				msg = next_message(dlist_container(HttpPool, node, iter.cur));
+				if (msg != NULL)
+					break;
+			}
+		}
+		if (msg == NULL)
+			return NULL;
+
+		rc = msg->data.result;
+		curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **) &req);
+		if (!req->connecting)
+			break;
+		req->connecting = false;
+		if (rc == CURLE_OK &&
+			(curl_easy_getinfo(msg->easy_handle, CURLINFO_ACTIVESOCKET, &fd) != CURLE_OK ||
+			 fd == CURL_SOCKET_BAD))
+		{
+			rc = CURLE_COULDNT_CONNECT;
+			strlcpy(req->error, "libcurl connected but kept no socket", sizeof(req->error));
+		}
+		if (rc != CURLE_OK)
+			break;
+		/* Connected for http1.c: the socket is its own from here. */
+		generation = req->pool->generation;
+		take_socket(fd);
+		release(req, true);
+		http1_connected(req, fd, generation);
+	}
+
 	curl_easy_getinfo(msg->easy_handle, CURLINFO_RESPONSE_CODE, &req->status);
 	curl_easy_getinfo(msg->easy_handle, CURLINFO_TOTAL_TIME, &total);
 	req->duration_ms = total * 1000.0;
@@ -1364,7 +1574,7 @@ http_next_done(void)
 			strlcpy(req->error, curl_easy_strerror(rc), sizeof(req->error));
 		reword_auth_failure(req, rc);
 	}
-	release(req);
+	release(req, false);
 	return req;
 }
 
@@ -1375,5 +1585,6 @@ http_abandon_all(void)
 	dlist_mutable_iter iter;
 
 	dlist_foreach_modify(iter, &in_flight)
-		release(dlist_container(HttpRequest, node, iter.cur));
+		release(dlist_container(HttpRequest, node, iter.cur), false);
+	http1_abandon_all();
 }

@@ -11,6 +11,7 @@
 
 #include <curl/curl.h>
 
+#include "datatype/timestamp.h"
 #include "lib/ilist.h"
 
 #define OUTBOX_MAX_URL			2048
@@ -76,6 +77,9 @@ typedef struct HttpRequest
 	uint64		chunk_left;		/* bytes of the current chunk to come */
 	const char *exceeded;		/* the bound broken, or NULL */
 
+	TimestampTz submitted_at;	/* http_submit: the timeout counts from here */
+	bool		connecting;		/* libcurl connects it for http1.c */
+
 	CURL	   *easy;
 	struct HttpPool *pool;		/* the multi handle it was added to */
 	dlist_node	node;			/* in the in-flight list */
@@ -103,5 +107,14 @@ extern int64 http_blocked_us(void);
 extern void http_wait_also(pgsocket sock);
 extern HttpRequest *http_next_done(void);
 extern void http_abandon_all(void);
+
+/* For http1.c: the response's bounds, the connection, the epoll set. */
+extern bool http_response_header(HttpRequest *req, const char *line, size_t n);
+extern bool http_response_body(HttpRequest *req, const char *data, size_t n, size_t *used);
+extern bool http_response_chunks_done(const HttpRequest *req);
+extern void http_response_reset(HttpRequest *req);
+extern void http_connect(HttpRequest *req);
+extern bool http_watch(pgsocket fd, uint32 events);
+extern void http_forget(pgsocket fd);
 
 #endif							/* OUTBOX_HTTP_H */

@@ -1,0 +1,894 @@
+/*-------------------------------------------------------------------------
+ *
+ * http1.c
+ *	  HTTP/1.1 on plain (http://) connections: the request written and the
+ *	  response read by the relay itself, on a connection libcurl opened.
+ *
+ * libcurl resolves the name, applies the address policy (http.c,
+ * open_socket_cb), connects and hands the socket over (http.c,
+ * http_connect and http_next_done); from then on the connection is this
+ * file's: one request at a time, kept alive for the next request to the
+ * same origin.  What libcurl does for each request on a kept connection
+ * (its state machine, the connection cache walked for a match, the
+ * handle's buffers) cost more than everything else the relay does for a
+ * delivery: on its own it reached 0.40 of wrk's rate, where the relay
+ * needs 0.30 (README, case 8).  HTTPS stays with libcurl (TLS, HTTP/2).
+ *
+ * The response is read as libcurl's callbacks would see it: every status
+ * and header line through http_response_header, every byte after the
+ * headers through http_response_body, so the bounds of http.h and what the
+ * attempt log keeps are the same on both paths.  The framing is this
+ * file's: a Content-Length, chunks (decoded by http.c's decoder), or the
+ * connection's end; 1xx responses are skipped; anything else that is not
+ * HTTP/1.x fails the request and closes the connection.
+ *
+ * The endpoint's timeout counts from http_submit, connecting included.  A
+ * kept connection that the receiver closed before answering (it had timed
+ * the connection out as it was reused) is not the receiver's failure: the
+ * request is sent again once on a fresh connection, as libcurl does.
+ *
+ * Memory: a connection is malloc'd with a read buffer of HTTP1_BUFFER bytes,
+ * grown up to the header bound when one line is longer; the request's head
+ * is malloc'd while it is sent.  Idle connections are kept up to the
+ * relay's limit on connections (http1_retire), each for at most
+ * HTTP1_MAX_IDLE_MS.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "lib/pairingheap.h"
+#include "utils/hsearch.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#include "guc.h"
+#include "http1.h"
+
+#ifdef HAVE_SYS_EPOLL_H
+
+#define HTTP1_BUFFER		16384
+#define HTTP1_MAX_ORIGIN	300
+/* libcurl's default (CURLOPT_MAXAGE_CONN): older idle connections are closed */
+#define HTTP1_MAX_IDLE_MS	118000
+
+enum
+{
+	READ_STATUS,				/* a status line is next */
+	READ_HEADERS,				/* header lines, to the empty one */
+	READ_LENGTH,				/* a body of Content-Length bytes */
+	READ_CHUNKS,				/* a chunked body */
+	READ_TO_CLOSE				/* a body that ends with the connection */
+};
+
+typedef struct Origin
+{
+	char		key[HTTP1_MAX_ORIGIN];	/* "http://host:port" */
+	dlist_head	idle;			/* its idle connections, newest first */
+} Origin;
+
+typedef struct Conn
+{
+	pgsocket	fd;
+	uint32		generation;		/* the pool it was made under (http.c) */
+	Origin	   *origin;
+	HttpRequest *req;			/* in flight on it, or NULL when idle */
+	bool		reused;			/* a request was answered on it before */
+	TimestampTz idle_since;
+	dlist_node	origin_node;	/* in origin->idle while idle */
+	dlist_node	lru_node;		/* in idle_lru while idle */
+	pairingheap_node due_node;	/* in due while a request is on it */
+	TimestampTz due;			/* when that request times out */
+
+	/* the request being written: its head, then the body (req->body) */
+	char	   *head;
+	size_t		head_len;
+	size_t		sent;			/* of head and body together */
+
+	/* the response being read */
+	char	   *buf;
+	size_t		buf_size;
+	size_t		buf_len;
+	int			state;
+	int			minor;			/* HTTP/1.minor of the final response */
+	long		status;
+	int64		length;			/* Content-Length, or -1 */
+	bool		close_after;	/* Connection: close, HTTP/1.0, or unclear */
+	uint64		received;		/* bytes read for this request */
+} Conn;
+
+static HTAB *origins = NULL;
+static Conn **conns = NULL;		/* by descriptor */
+static int	n_conns = 0;
+static dlist_head idle_lru = DLIST_STATIC_INIT(idle_lru);	/* oldest first */
+static int	n_idle = 0;
+static int	max_idle = 64;
+static uint32 current_generation = 0;
+static dlist_head done = DLIST_STATIC_INIT(done);
+
+static int
+due_cmp(const pairingheap_node *a, const pairingheap_node *b, void *arg)
+{
+	const Conn *x = pairingheap_const_container(Conn, due_node, a);
+	const Conn *y = pairingheap_const_container(Conn, due_node, b);
+
+	/* the first due on top */
+	return x->due < y->due ? 1 : x->due > y->due ? -1 : 0;
+}
+
+static pairingheap due_heap = {due_cmp, NULL, NULL};
+
+/*
+ * Plain http URLs only, whose origin fits the table.  URLs reach here as
+ * http_check_url normalized them: a lower-case scheme and a path.
+ */
+bool
+http1_wanted(const char *url)
+{
+	const char *path;
+
+	if (strncmp(url, "http://", 7) != 0)
+		return false;
+	path = strchr(url + 7, '/');
+	return path != NULL && path - url < HTTP1_MAX_ORIGIN;
+}
+
+static Origin *
+origin_of(const char *url)
+{
+	char		key[HTTP1_MAX_ORIGIN];
+	size_t		len = strchr(url + 7, '/') - url;
+	bool		found;
+	Origin	   *o;
+
+	if (origins == NULL)
+	{
+		HASHCTL		ctl;
+
+		ctl.keysize = HTTP1_MAX_ORIGIN;
+		ctl.entrysize = sizeof(Origin);
+		ctl.hcxt = TopMemoryContext;
+		origins = hash_create("outbox http origins", 64, &ctl,
+							  HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
+	}
+	memset(key, 0, sizeof(key));
+	memcpy(key, url, len);
+	o = (Origin *) hash_search(origins, key, HASH_ENTER, &found);
+	if (!found)
+		dlist_init(&o->idle);
+	return o;
+}
+
+static void
+idle_remove(Conn *c)
+{
+	dlist_delete(&c->origin_node);
+	dlist_delete(&c->lru_node);
+	n_idle--;
+}
+
+/* Close a connection that has no request on it any more. */
+static void
+conn_close(Conn *c)
+{
+	Assert(c->req == NULL);
+	http_forget(c->fd);
+	close(c->fd);
+	conns[c->fd] = NULL;
+	free(c->head);
+	free(c->buf);
+	free(c);
+}
+
+/* The request on c is done (results filled in): to the done list. */
+static void
+finish(Conn *c)
+{
+	HttpRequest *req = c->req;
+
+	pairingheap_remove(&due_heap, &c->due_node);
+	req->duration_ms = (double) (GetCurrentTimestamp() - req->submitted_at) / 1000.0;
+	dlist_push_tail(&done, &req->node);
+	c->req = NULL;
+	free(c->head);
+	c->head = NULL;
+}
+
+/* The request failed with error; the connection is closed. */
+static void
+fail(Conn *c, const char *error)
+{
+	HttpRequest *req = c->req;
+
+	req->status = 0;
+	req->transport_error = true;
+	strlcpy(req->error, error, sizeof(req->error));
+	finish(c);
+	conn_close(c);
+}
+
+/*
+ * A kept connection the receiver had closed: send the request again on a
+ * fresh one, once.
+ */
+static void
+retry_fresh(Conn *c)
+{
+	HttpRequest *req = c->req;
+
+	pairingheap_remove(&due_heap, &c->due_node);
+	c->req = NULL;
+	conn_close(c);
+	http_response_reset(req);
+	http_connect(req);
+}
+
+/* The response is complete: the connection idles, or is closed. */
+static void
+complete(Conn *c, bool reusable)
+{
+	/* an answer before the whole request was sent: the connection is spent */
+	if (c->sent < c->head_len + c->req->body_len)
+		reusable = false;
+	c->req->status = c->status;
+	finish(c);
+	if (!reusable || c->close_after || c->generation != current_generation || max_idle == 0)
+	{
+		conn_close(c);
+		return;
+	}
+	c->reused = true;
+	c->idle_since = GetCurrentTimestamp();
+	c->buf_len = 0;
+	if (c->buf_size > HTTP1_BUFFER)
+	{
+		free(c->buf);
+		c->buf = NULL;
+		c->buf_size = 0;
+	}
+	dlist_push_head(&c->origin->idle, &c->origin_node);
+	dlist_push_tail(&idle_lru, &c->lru_node);
+	n_idle++;
+	/* watched for reading while it idles: a close wakes us (http1_event) */
+	if (!http_watch(c->fd, EPOLLIN))
+	{
+		idle_remove(c);
+		conn_close(c);
+		return;
+	}
+	while (n_idle > max_idle)
+	{
+		Conn	   *old = dlist_container(Conn, lru_node, dlist_head_node(&idle_lru));
+
+		idle_remove(old);
+		conn_close(old);
+	}
+}
+
+/* Write what is left of the request; then wait for the response. */
+static void
+send_request(Conn *c)
+{
+	HttpRequest *req = c->req;
+
+	while (c->sent < c->head_len + req->body_len)
+	{
+		struct iovec iov[2];
+		struct msghdr msg;
+		int			n_iov = 0;
+		ssize_t		n;
+
+		if (c->sent < c->head_len)
+		{
+			iov[n_iov].iov_base = c->head + c->sent;
+			iov[n_iov++].iov_len = c->head_len - c->sent;
+		}
+		if (req->body_len > 0)
+		{
+			size_t		from = c->sent > c->head_len ? c->sent - c->head_len : 0;
+
+			iov[n_iov].iov_base = (char *) req->body + from;
+			iov[n_iov++].iov_len = req->body_len - from;
+		}
+		memset(&msg, 0, sizeof(msg));
+		msg.msg_iov = iov;
+		msg.msg_iovlen = n_iov;
+		n = sendmsg(c->fd, &msg, MSG_NOSIGNAL);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+		{
+			/* reading too: a receiver may answer before it has read all */
+			if (!http_watch(c->fd, EPOLLOUT | EPOLLIN))
+				fail(c, "could not watch the connection's socket");
+			return;
+		}
+		if (n < 0)
+		{
+			char		why[128];
+
+			if (c->reused && c->received == 0)
+			{
+				retry_fresh(c);
+				return;
+			}
+			snprintf(why, sizeof(why), "sending the request failed: %s", strerror(errno));
+			fail(c, why);
+			return;
+		}
+		c->sent += n;
+	}
+	if (!http_watch(c->fd, EPOLLIN))
+		fail(c, "could not watch the connection's socket");
+}
+
+/* Start req on c: the request's head written, then sent. */
+static void
+start(Conn *c, HttpRequest *req)
+{
+	StringInfoData h;
+	const char *authority = req->url + 7;
+	const char *path = strchr(authority, '/');
+	bool		has_type = false;
+	bool		has_accept = false;
+	bool		has_agent = false;
+
+	c->req = req;
+	c->sent = 0;
+	c->buf_len = 0;
+	c->state = READ_STATUS;
+	c->received = 0;
+	c->close_after = false;
+	c->due = req->submitted_at + (TimestampTz) req->timeout_ms * 1000;
+	pairingheap_add(&due_heap, &c->due_node);
+
+	/*
+	 * As libcurl writes it: a header line of ours replaces its default of
+	 * the same name, and one without a value ("Expect:") is not sent.
+	 */
+	initStringInfo(&h);
+	appendStringInfo(&h, "POST %s HTTP/1.1\r\nHost: %.*s\r\n",
+					 path, (int) (path - authority), authority);
+	for (struct curl_slist *l = req->headers; l != NULL; l = l->next)
+	{
+		const char *colon = strchr(l->data, ':');
+		size_t		name_len = colon ? (size_t) (colon - l->data) : strlen(l->data);
+
+		if (name_len == 12 && pg_strncasecmp(l->data, "content-type", 12) == 0)
+			has_type = true;
+		else if (name_len == 6 && pg_strncasecmp(l->data, "accept", 6) == 0)
+			has_accept = true;
+		else if (name_len == 10 && pg_strncasecmp(l->data, "user-agent", 10) == 0)
+			has_agent = true;
+	}
+	if (!has_agent)
+		appendStringInfoString(&h, "User-Agent: outbox/" OUTBOX_VERSION "\r\n");
+	if (!has_accept)
+		appendStringInfoString(&h, "Accept: */*\r\n");
+	for (struct curl_slist *l = req->headers; l != NULL; l = l->next)
+	{
+		const char *colon = strchr(l->data, ':');
+		const char *value = colon ? colon + 1 : "";
+
+		while (*value == ' ' || *value == '\t')
+			value++;
+		if (colon != NULL && *value != '\0')
+			appendStringInfo(&h, "%s\r\n", l->data);
+	}
+	appendStringInfo(&h, "Content-Length: %zu\r\n", req->body_len);
+	if (!has_type)
+		appendStringInfoString(&h, "Content-Type: application/x-www-form-urlencoded\r\n");
+	appendStringInfoString(&h, "\r\n");
+	c->head = malloc(h.len);
+	if (c->head == NULL)
+	{
+		pfree(h.data);
+		fail(c, "out of memory");
+		return;
+	}
+	memcpy(c->head, h.data, h.len);
+	c->head_len = h.len;
+	pfree(h.data);
+	send_request(c);
+}
+
+/* Send req on an idle connection to its origin, if one is kept. */
+bool
+http1_send_on_idle(HttpRequest *req)
+{
+	Origin	   *o = origin_of(req->url);
+	TimestampTz now = req->submitted_at;
+
+	while (!dlist_is_empty(&o->idle))
+	{
+		Conn	   *c = dlist_container(Conn, origin_node, dlist_pop_head_node(&o->idle));
+
+		dlist_delete(&c->lru_node);
+		n_idle--;
+		if (c->generation != current_generation ||
+			TimestampDifferenceExceeds(c->idle_since, now, HTTP1_MAX_IDLE_MS))
+		{
+			conn_close(c);
+			continue;
+		}
+		start(c, req);
+		return true;
+	}
+	return false;
+}
+
+/* libcurl connected req's socket fd (http.c): the connection is ours. */
+void
+http1_connected(HttpRequest *req, pgsocket fd, uint32 generation)
+{
+	Conn	   *c;
+
+	if (fd >= n_conns)
+	{
+		int			grow = Max(fd + 1, Max(64, n_conns * 2));
+		Conn	  **more = realloc(conns, sizeof(Conn *) * grow);
+
+		if (more == NULL)
+			elog(ERROR, "out of memory");
+		memset(more + n_conns, 0, sizeof(Conn *) * (grow - n_conns));
+		conns = more;
+		n_conns = grow;
+	}
+	c = calloc(1, sizeof(Conn));
+	if (c == NULL)
+	{
+		close(fd);
+		elog(ERROR, "out of memory");
+	}
+	c->fd = fd;
+	c->generation = generation;
+	c->origin = origin_of(req->url);
+	conns[fd] = c;
+	start(c, req);
+}
+
+/* Take a whole line from the buffer at *pos, or false when none is there yet. */
+static bool
+next_line(Conn *c, size_t *pos, const char **line, size_t *len)
+{
+	char	   *nl = memchr(c->buf + *pos, '\n', c->buf_len - *pos);
+
+	if (nl == NULL)
+		return false;
+	*line = c->buf + *pos;
+	*len = nl + 1 - *line;
+	*pos += *len;
+	return true;
+}
+
+/* Parse a status line; false when it is not HTTP/1.x with a status. */
+static bool
+status_line(Conn *c, const char *line, size_t len)
+{
+	if (len < 13 || memcmp(line, "HTTP/1.", 7) != 0 || !isdigit((unsigned char) line[7]) ||
+		line[8] != ' ' || !isdigit((unsigned char) line[9]) ||
+		!isdigit((unsigned char) line[10]) || !isdigit((unsigned char) line[11]) ||
+		(line[12] != ' ' && line[12] != '\r' && line[12] != '\n'))
+		return false;
+	c->minor = line[7] - '0';
+	c->status = (line[9] - '0') * 100 + (line[10] - '0') * 10 + (line[11] - '0');
+	c->length = -1;
+	c->close_after = c->minor == 0;
+	return c->status >= 100;
+}
+
+/* The value of a header line if its name is name, its length in *vlen. */
+static const char *
+value_of(const char *line, size_t len, const char *name, size_t *vlen)
+{
+	size_t		nlen = strlen(name);
+
+	if (len <= nlen || line[nlen] != ':' || pg_strncasecmp(line, name, nlen) != 0)
+		return NULL;
+	line += nlen + 1;
+	len -= nlen + 1;
+	while (len > 0 && (*line == ' ' || *line == '\t'))
+		line++, len--;
+	while (len > 0 && (line[len - 1] == '\r' || line[len - 1] == '\n' ||
+					   line[len - 1] == ' ' || line[len - 1] == '\t'))
+		len--;
+	*vlen = len;
+	return line;
+}
+
+/* What a header line says about the framing; false when it is unclear. */
+static bool
+framing_header(Conn *c, const char *line, size_t len)
+{
+	size_t		vlen;
+	const char *v;
+
+	if ((v = value_of(line, len, "content-length", &vlen)) != NULL)
+	{
+		int64		n = 0;
+
+		if (vlen == 0 || vlen > 18)
+			return false;
+		for (size_t i = 0; i < vlen; i++)
+		{
+			if (!isdigit((unsigned char) v[i]))
+				return false;
+			n = n * 10 + (v[i] - '0');
+		}
+		if (c->length >= 0 && c->length != n)
+			return false;		/* two lengths that differ */
+		c->length = n;
+	}
+	else if ((v = value_of(line, len, "connection", &vlen)) != NULL)
+	{
+		for (size_t i = 0; i + 5 <= vlen; i++)
+			if (pg_strncasecmp(v + i, "close", 5) == 0)
+				c->close_after = true;
+		for (size_t i = 0; i + 10 <= vlen; i++)
+			if (c->minor == 0 && pg_strncasecmp(v + i, "keep-alive", 10) == 0)
+				c->close_after = false;
+	}
+	return true;
+}
+
+/*
+ * Read what the buffer holds; returns false once the request is finished
+ * (or failed) and c may be gone.
+ */
+static bool
+parse(Conn *c, bool at_end)
+{
+	HttpRequest *req = c->req;
+	size_t		pos = 0;
+	const char *line;
+	size_t		len;
+
+	while (c->state == READ_STATUS || c->state == READ_HEADERS)
+	{
+		if (!next_line(c, &pos, &line, &len))
+		{
+			/* a line longer than the buffer: grow it, up to the bound */
+			if (c->buf_len - pos >= c->buf_size - 1 && pos == 0)
+			{
+				size_t		grow = Min(c->buf_size * 2, OUTBOX_RESPONSE_HEADERS + 2);
+				char	   *more;
+
+				if (grow <= c->buf_size)
+				{
+					/* the line alone passes the bound */
+					(void) http_response_header(req, c->buf, c->buf_len);
+					fail(c, req->exceeded ? req->exceeded :
+						 "the response's headers (1xx responses included) exceeded 64 kB");
+					return false;
+				}
+				more = realloc(c->buf, grow);
+				if (more == NULL)
+				{
+					fail(c, "out of memory");
+					return false;
+				}
+				c->buf = more;
+				c->buf_size = grow;
+			}
+			break;
+		}
+		if (!http_response_header(req, line, len))
+		{
+			fail(c, req->exceeded);
+			return false;
+		}
+		if (c->state == READ_STATUS)
+		{
+			if (!status_line(c, line, len))
+			{
+				fail(c, "the receiver's answer is not an HTTP/1.x response");
+				return false;
+			}
+			c->state = READ_HEADERS;
+			continue;
+		}
+		if (len <= 2 && (line[0] == '\r' || line[0] == '\n'))
+		{
+			/* the end of a response's headers */
+			if (c->status < 200 && c->status != 101)
+			{
+				c->state = READ_STATUS;		/* 1xx: the response follows */
+				continue;
+			}
+			if (c->status == 101)
+			{
+				fail(c, "the receiver switched protocols (101), which a webhook does not ask for");
+				return false;
+			}
+			if (c->status == 204 || c->status == 304)
+				c->state = READ_LENGTH, c->length = 0;
+			else if (req->chunked)
+				c->state = READ_CHUNKS;
+			else if (c->length >= 0)
+				c->state = READ_LENGTH;
+			else
+			{
+				c->state = READ_TO_CLOSE;
+				c->close_after = true;
+			}
+			break;
+		}
+		if (!framing_header(c, line, len))
+		{
+			fail(c, "the response's Content-Length is not one number");
+			return false;
+		}
+	}
+
+	/* the body: what the buffer holds after the headers */
+	if (c->state == READ_LENGTH || c->state == READ_CHUNKS || c->state == READ_TO_CLOSE)
+	{
+		size_t		avail = c->buf_len - pos;
+		size_t		take = avail;
+		size_t		used = 0;
+		bool		go_on;
+
+		if (c->state == READ_LENGTH)
+			take = Min((uint64) avail, (uint64) c->length);
+		go_on = http_response_body(req, c->buf + pos, take, &used);
+		pos += used;
+		if (c->state == READ_LENGTH)
+			c->length -= used;
+		if (!go_on)
+		{
+			if (req->exceeded != NULL)
+			{
+				fail(c, req->exceeded);
+				return false;
+			}
+			/* enough read: hang up, the status counts (http.c, write_cb) */
+			complete(c, false);
+			return false;
+		}
+		if ((c->state == READ_LENGTH && c->length == 0) ||
+			(c->state == READ_CHUNKS && http_response_chunks_done(req)))
+		{
+			/* bytes after the response: the receiver is out of step */
+			complete(c, pos == c->buf_len && !at_end);
+			return false;
+		}
+		if (at_end)
+		{
+			if (c->state == READ_TO_CLOSE)
+			{
+				complete(c, false);
+				return false;
+			}
+			fail(c, "the receiver closed the connection before the response ended");
+			return false;
+		}
+	}
+	else if (at_end)
+	{
+		if (c->reused && c->received == 0)
+			retry_fresh(c);
+		else if (c->received == 0)
+			fail(c, "the receiver closed the connection without answering");
+		else
+			fail(c, "the receiver closed the connection in the response's headers");
+		return false;
+	}
+	/* keep what is not read yet at the buffer's start */
+	if (pos > 0)
+	{
+		memmove(c->buf, c->buf + pos, c->buf_len - pos);
+		c->buf_len -= pos;
+	}
+	return true;
+}
+
+/* Read what the socket has. */
+static void
+receive(Conn *c)
+{
+	for (;;)
+	{
+		ssize_t		n;
+
+		if (c->buf == NULL)
+		{
+			c->buf = malloc(HTTP1_BUFFER);
+			if (c->buf == NULL)
+			{
+				fail(c, "out of memory");
+				return;
+			}
+			c->buf_size = HTTP1_BUFFER;
+		}
+		n = recv(c->fd, c->buf + c->buf_len, c->buf_size - c->buf_len, 0);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return;
+		if (n < 0)
+		{
+			char		why[128];
+
+			if (c->reused && c->received == 0)
+			{
+				retry_fresh(c);
+				return;
+			}
+			snprintf(why, sizeof(why), "receiving the response failed: %s (%s)",
+					 strerror(errno), errno == ECONNRESET ? "connection reset" : "read error");
+			fail(c, why);
+			return;
+		}
+		c->buf_len += n;
+		c->received += n;
+		if (!parse(c, n == 0))
+			return;
+		if (n == 0)
+			return;
+	}
+}
+
+/* The epoll set says fd is ready (http.c, act_on_sockets). */
+void
+http1_event(pgsocket fd, uint32 events)
+{
+	Conn	   *c = fd < n_conns ? conns[fd] : NULL;
+
+	if (c == NULL)
+	{
+		http_forget(fd);
+		return;
+	}
+	if (c->req == NULL)
+	{
+		/* an idle connection woke: the receiver closed it, or spoke out of turn */
+		idle_remove(c);
+		conn_close(c);
+		return;
+	}
+	if (c->sent == c->head_len + c->req->body_len)
+	{
+		receive(c);
+		return;
+	}
+	/* still sending: an early answer is read first */
+	if (events & (EPOLLIN | EPOLLHUP | EPOLLERR))
+	{
+		receive(c);
+		if (conns[fd] != c || c->req == NULL)
+			return;				/* answered, or failed */
+	}
+	if (events & (EPOLLOUT | EPOLLHUP | EPOLLERR))
+		send_request(c);
+}
+
+HttpRequest *
+http1_next_done(void)
+{
+	HttpRequest *req;
+
+	if (dlist_is_empty(&done))
+		return NULL;
+	req = dlist_container(HttpRequest, node, dlist_pop_head_node(&done));
+	curl_slist_free_all(req->headers);
+	req->headers = NULL;
+	return req;
+}
+
+/* When the first request in flight here times out; 0 when none is. */
+TimestampTz
+http1_next_due(void)
+{
+	if (pairingheap_is_empty(&due_heap))
+		return 0;
+	return pairingheap_container(Conn, due_node, pairingheap_first(&due_heap))->due;
+}
+
+/* Fail the requests whose time is up. */
+void
+http1_expire(TimestampTz now)
+{
+	while (!pairingheap_is_empty(&due_heap))
+	{
+		Conn	   *c = pairingheap_container(Conn, due_node, pairingheap_first(&due_heap));
+		char		why[128];
+
+		if (c->due > now)
+			break;
+		snprintf(why, sizeof(why), "timed out after %ld ms with %llu bytes of the response received",
+				 c->req->timeout_ms, (unsigned long long) c->received);
+		fail(c, why);
+	}
+}
+
+/*
+ * The pool is now generation, keeping at most max idle connections
+ * (http.c, http_configure): idle connections of other pools are closed now,
+ * those in use once their requests are done.
+ */
+void
+http1_retire(uint32 generation, int max)
+{
+	dlist_mutable_iter iter;
+
+	current_generation = generation;
+	max_idle = max;
+	dlist_foreach_modify(iter, &idle_lru)
+	{
+		Conn	   *c = dlist_container(Conn, lru_node, iter.cur);
+
+		if (c->generation != generation || n_idle > max_idle)
+		{
+			idle_remove(c);
+			conn_close(c);
+		}
+	}
+}
+
+/* Drop every request in flight (after an error): their connections close. */
+void
+http1_abandon_all(void)
+{
+	while (!pairingheap_is_empty(&due_heap))
+	{
+		Conn	   *c = pairingheap_container(Conn, due_node, pairingheap_first(&due_heap));
+
+		pairingheap_remove_first(&due_heap);
+		curl_slist_free_all(c->req->headers);
+		c->req->headers = NULL;
+		c->req = NULL;
+		conn_close(c);
+	}
+	dlist_init(&done);
+}
+
+#else							/* !HAVE_SYS_EPOLL_H */
+
+/* Without epoll every request goes through libcurl. */
+bool
+http1_wanted(const char *url)
+{
+	return false;
+}
+bool
+http1_send_on_idle(HttpRequest *req)
+{
+	return false;
+}
+void
+http1_connected(HttpRequest *req, pgsocket fd, uint32 generation)
+{
+	elog(ERROR, "http1_connected without epoll");
+}
+void
+http1_event(pgsocket fd, uint32 events)
+{
+}
+HttpRequest *
+http1_next_done(void)
+{
+	return NULL;
+}
+TimestampTz
+http1_next_due(void)
+{
+	return 0;
+}
+void
+http1_expire(TimestampTz now)
+{
+}
+void
+http1_retire(uint32 generation, int max)
+{
+}
+void
+http1_abandon_all(void)
+{
+}
+#endif							/* HAVE_SYS_EPOLL_H */

@@ -137,6 +137,15 @@ for my $where (qw(status headers body))
 	retried_on_schedule($name);
 }
 
+# Chunk framing that libcurl refused ("Illegal or missing hexadecimal
+# sequence") is refused on plain http too (http1.c, chunk_bad), not taken
+# for the body's end.
+hostile_case('chunk_bad', "$hurl/chunk_bad");
+like(attempt('chunk_bad', "coalesce(status::text, '-') || ' ' || error"),
+	qr/^- .*chunk framing is broken/i,
+	'chunk_bad: a transport error, no status (' . attempt('chunk_bad', 'error') . ')');
+retried_on_schedule('chunk_bad');
+
 hostile_case('garbage', "$hurl/garbage");
 like(attempt('garbage', "coalesce(status::text, '-') || ' ' || error"),
 	qr/^- .*not an HTTP\/1\.x response/i,

@@ -33,6 +33,8 @@ serves many endpoints at once:
                    next request on it, log it ("on_connection": 2) and
                    close the connection without answering (as a server
                    whose idle timeout runs out as the request comes)
+  /chunk_bad       answer 200 chunked with a size line that has no size
+                   ("zz"), then a valid last chunk
   /garbage         answer a line of garbage instead of a status line
   /status/N        answer status N with an empty body; the query may add
                    retry_after=S (Retry-After: S) and location=URL
@@ -262,6 +264,9 @@ def handle(conn):
                 log({"t": time.time(), "path": urlsplit(target).path,
                      "method": method, "headers": headers, "body": body,
                      "on_connection": 2})
+            conn.close()
+        elif mode[0] == "chunk_bad":
+            conn.sendall(CHUNKED_HEAD + b"zz\r\nhello\r\n0\r\n\r\n")
             conn.close()
         elif mode[0] == "garbage":
             conn.sendall(b"SURELY NOT HTTP \x00\x01\x02 <html>\r\n\r\n")

@@ -516,7 +516,7 @@ watch_opened(curl_socket_t fd, bool opened)
 {
 }
 
-/* Without epoll http1.c sends nothing (http1_wanted). */
+/* Without epoll http1.c sends nothing (http1_submit). */
 bool
 http_watch(pgsocket fd, uint32 events)
 {
@@ -855,8 +855,11 @@ http_socket_room(int wanted)
  * chunk sizes, extensions and trailers included; libcurl still parses the
  * chunks to find the end of the response.  This decoder follows along to
  * tell body bytes from framing: it counts the framing, and keeps the
- * decoded body's first bytes for the attempt log.  It is lenient where
- * libcurl is strict: what libcurl refuses fails the transfer anyway.
+ * decoded body's first bytes for the attempt log.  For plain http
+ * (http1.c) it also finds the response's end, and marks what libcurl
+ * would refuse (chunk_bad: a size line without a size, or one too large,
+ * data longer than its size), which fails the request there.  Through
+ * libcurl, libcurl refuses it itself.
  */
 enum
 {
@@ -935,8 +938,12 @@ decode_chunked(HttpRequest *req, const char *data, size_t n)
 				if (digit >= 0 && req->chunk_left < (UINT64CONST(1) << 56))
 				{
 					req->chunk_left = req->chunk_left * 16 + digit;
+					req->chunk_digits++;
 					break;
 				}
+				/* no size, or one too large */
+				if (req->chunk_digits == 0 || digit >= 0)
+					req->chunk_bad = true;
 				req->chunk_state = CHUNK_EXTENSION;
 				/* FALLTHROUGH */
 			case CHUNK_EXTENSION:
@@ -948,7 +955,10 @@ decode_chunked(HttpRequest *req, const char *data, size_t n)
 				{
 					req->chunk_state = CHUNK_SIZE;
 					req->chunk_left = 0;
+					req->chunk_digits = 0;
 				}
+				else if (c != '\r')
+					req->chunk_bad = true;	/* data longer than its size */
 				break;
 			case CHUNK_TRAILER_START:
 				if (c == '\n')
@@ -1075,6 +1085,8 @@ http_response_header(HttpRequest *req, const char *data, size_t n)
 		req->chunked = false;
 		req->chunk_state = CHUNK_SIZE;
 		req->chunk_left = 0;
+		req->chunk_digits = 0;
+		req->chunk_bad = false;
 		req->delivery[0] = '\0';
 		req->retry_after[0] = '\0';
 	}
@@ -1167,6 +1179,8 @@ http_response_reset(HttpRequest *req)
 	req->chunked = false;
 	req->chunk_state = CHUNK_SIZE;
 	req->chunk_left = 0;
+	req->chunk_digits = 0;
+	req->chunk_bad = false;
 	req->exceeded = NULL;
 	req->whole_len = 0;
 	req->whole_over = false;
@@ -1250,12 +1264,8 @@ http_submit(HttpRequest *req)
 	req->submitted_at = GetCurrentTimestamp();
 	req->connecting = false;
 	http_response_reset(req);
-	if (http1_wanted(req->url))
-	{
-		if (!http1_send_on_idle(req))
-			http_connect(req);
+	if (http1_submit(req))
 		return;
-	}
 	easy = handle_for(req);
 
 	curl_easy_setopt(easy, CURLOPT_URL, req->url);

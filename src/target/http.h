@@ -75,6 +75,8 @@ typedef struct HttpRequest
 	bool		chunked;		/* the response is chunked */
 	int			chunk_state;	/* where the chunk decoder is */
 	uint64		chunk_left;		/* bytes of the current chunk to come */
+	int			chunk_digits;	/* of the current chunk's size */
+	bool		chunk_bad;		/* framing libcurl would refuse (http1.c) */
 	const char *exceeded;		/* the bound broken, or NULL */
 
 	TimestampTz submitted_at;	/* http_submit: the timeout counts from here */

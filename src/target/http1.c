@@ -37,7 +37,6 @@
  */
 #include "postgres.h"
 
-#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -51,6 +50,7 @@
 #include "http1.h"
 
 #ifdef HAVE_SYS_EPOLL_H
+#include <sys/epoll.h>
 
 #define HTTP1_BUFFER		16384
 #define HTTP1_MAX_ORIGIN	300
@@ -68,7 +68,9 @@ enum
 
 typedef struct Origin
 {
-	char		key[HTTP1_MAX_ORIGIN];	/* "http://host:port" */
+	char		key[HTTP1_MAX_ORIGIN];	/* "http://host:port" as in the URL */
+	bool		usable;			/* false: libcurl sends its requests */
+	char		host[HTTP1_MAX_ORIGIN];	/* the Host header, as libcurl sends it */
 	dlist_head	idle;			/* its idle connections, newest first */
 } Origin;
 
@@ -107,7 +109,8 @@ static Conn **conns = NULL;		/* by descriptor */
 static int	n_conns = 0;
 static dlist_head idle_lru = DLIST_STATIC_INIT(idle_lru);	/* oldest first */
 static int	n_idle = 0;
-static int	max_idle = 64;
+static int	max_idle = 64;		/* connections kept, in use ones included */
+static int	n_busy = 0;			/* connections with a request on them */
 static uint32 current_generation = 0;
 static dlist_head done = DLIST_STATIC_INIT(done);
 
@@ -124,28 +127,52 @@ due_cmp(const pairingheap_node *a, const pairingheap_node *b, void *arg)
 static pairingheap due_heap = {due_cmp, NULL, NULL};
 
 /*
- * Plain http URLs only, whose origin fits the table.  URLs reach here as
- * http_check_url normalized them: a lower-case scheme and a path.
+ * The Host header of url as libcurl sends it: the host in ASCII (an
+ * international name in punycode, an IPv6 address in brackets without its
+ * zone), and the port unless it is 80.  False when libcurl cannot say.
  */
-bool
-http1_wanted(const char *url)
+static bool
+host_header(const char *url, char *dst, size_t size)
 {
-	const char *path;
+	CURLU	   *h = curl_url();
+	char	   *host = NULL;
+	char	   *port = NULL;
+	bool		ok = false;
 
-	if (strncmp(url, "http://", 7) != 0)
-		return false;
-	path = strchr(url + 7, '/');
-	return path != NULL && path - url < HTTP1_MAX_ORIGIN;
+	if (h != NULL && curl_url_set(h, CURLUPART_URL, url, 0) == CURLUE_OK &&
+		curl_url_get(h, CURLUPART_HOST, &host, CURLU_PUNYCODE) == CURLUE_OK)
+	{
+		if (curl_url_get(h, CURLUPART_PORT, &port, 0) == CURLUE_OK && strcmp(port, "80") != 0)
+			ok = snprintf(dst, size, "%s:%s", host, port) < (int) size;
+		else
+			ok = snprintf(dst, size, "%s", host) < (int) size;
+		for (const char *c = dst; ok && *c; c++)
+			if ((unsigned char) *c <= 0x20 || (unsigned char) *c >= 0x7f)
+				ok = false;
+	}
+	curl_free(host);
+	curl_free(port);
+	curl_url_cleanup(h);
+	return ok;
 }
 
+/*
+ * The origin of a plain http URL, or NULL for any other or one this file
+ * does not send to.  URLs reach here as http_check_url normalized them: a
+ * lower-case scheme and a path.  Looked up once per request; what libcurl
+ * says of a host is asked once per origin.
+ */
 static Origin *
 origin_of(const char *url)
 {
 	char		key[HTTP1_MAX_ORIGIN];
-	size_t		len = strchr(url + 7, '/') - url;
+	const char *path;
 	bool		found;
 	Origin	   *o;
 
+	if (strncmp(url, "http://", 7) != 0 || (path = strchr(url + 7, '/')) == NULL ||
+		path - url >= HTTP1_MAX_ORIGIN)
+		return NULL;
 	if (origins == NULL)
 	{
 		HASHCTL		ctl;
@@ -157,11 +184,14 @@ origin_of(const char *url)
 							  HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
 	}
 	memset(key, 0, sizeof(key));
-	memcpy(key, url, len);
+	memcpy(key, url, path - url);
 	o = (Origin *) hash_search(origins, key, HASH_ENTER, &found);
 	if (!found)
+	{
 		dlist_init(&o->idle);
-	return o;
+		o->usable = host_header(url, o->host, sizeof(o->host));
+	}
+	return o->usable ? o : NULL;
 }
 
 static void
@@ -195,6 +225,7 @@ finish(Conn *c)
 	req->duration_ms = (double) (GetCurrentTimestamp() - req->submitted_at) / 1000.0;
 	dlist_push_tail(&done, &req->node);
 	c->req = NULL;
+	n_busy--;
 	free(c->head);
 	c->head = NULL;
 }
@@ -223,6 +254,7 @@ retry_fresh(Conn *c)
 
 	pairingheap_remove(&due_heap, &c->due_node);
 	c->req = NULL;
+	n_busy--;
 	conn_close(c);
 	http_response_reset(req);
 	http_connect(req);
@@ -245,12 +277,9 @@ complete(Conn *c, bool reusable)
 	c->reused = true;
 	c->idle_since = GetCurrentTimestamp();
 	c->buf_len = 0;
-	if (c->buf_size > HTTP1_BUFFER)
-	{
-		free(c->buf);
-		c->buf = NULL;
-		c->buf_size = 0;
-	}
+	free(c->buf);				/* an idle connection holds no buffer */
+	c->buf = NULL;
+	c->buf_size = 0;
 	dlist_push_head(&c->origin->idle, &c->origin_node);
 	dlist_push_tail(&idle_lru, &c->lru_node);
 	n_idle++;
@@ -261,7 +290,8 @@ complete(Conn *c, bool reusable)
 		conn_close(c);
 		return;
 	}
-	while (n_idle > max_idle)
+	/* connections in use and idle together at most max_idle */
+	while (n_idle > 0 && n_idle + n_busy > max_idle)
 	{
 		Conn	   *old = dlist_container(Conn, lru_node, dlist_head_node(&idle_lru));
 
@@ -332,13 +362,13 @@ static void
 start(Conn *c, HttpRequest *req)
 {
 	StringInfoData h;
-	const char *authority = req->url + 7;
-	const char *path = strchr(authority, '/');
+	const char *path = strchr(req->url + 7, '/');
 	bool		has_type = false;
 	bool		has_accept = false;
 	bool		has_agent = false;
 
 	c->req = req;
+	n_busy++;
 	c->sent = 0;
 	c->buf_len = 0;
 	c->state = READ_STATUS;
@@ -352,8 +382,7 @@ start(Conn *c, HttpRequest *req)
 	 * the same name, and one without a value ("Expect:") is not sent.
 	 */
 	initStringInfo(&h);
-	appendStringInfo(&h, "POST %s HTTP/1.1\r\nHost: %.*s\r\n",
-					 path, (int) (path - authority), authority);
+	appendStringInfo(&h, "POST %s HTTP/1.1\r\nHost: %s\r\n", path, c->origin->host);
 	for (struct curl_slist *l = req->headers; l != NULL; l = l->next)
 	{
 		const char *colon = strchr(l->data, ':');
@@ -397,21 +426,30 @@ start(Conn *c, HttpRequest *req)
 	send_request(c);
 }
 
-/* Send req on an idle connection to its origin, if one is kept. */
+/*
+ * Send req if it is plain http: on a kept connection to its origin that is
+ * still quiet (a zero-time peek: no answer the receiver sent out of turn,
+ * no close), or on one libcurl opens for it (http_connect).  False for a
+ * request that libcurl sends.
+ */
 bool
-http1_send_on_idle(HttpRequest *req)
+http1_submit(HttpRequest *req)
 {
 	Origin	   *o = origin_of(req->url);
-	TimestampTz now = req->submitted_at;
 
+	if (o == NULL)
+		return false;
 	while (!dlist_is_empty(&o->idle))
 	{
 		Conn	   *c = dlist_container(Conn, origin_node, dlist_pop_head_node(&o->idle));
+		char		b;
 
 		dlist_delete(&c->lru_node);
 		n_idle--;
 		if (c->generation != current_generation ||
-			TimestampDifferenceExceeds(c->idle_since, now, HTTP1_MAX_IDLE_MS))
+			TimestampDifferenceExceeds(c->idle_since, req->submitted_at, HTTP1_MAX_IDLE_MS) ||
+			recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) >= 0 ||
+			(errno != EAGAIN && errno != EWOULDBLOCK))
 		{
 			conn_close(c);
 			continue;
@@ -419,7 +457,8 @@ http1_send_on_idle(HttpRequest *req)
 		start(c, req);
 		return true;
 	}
-	return false;
+	http_connect(req);
+	return true;
 }
 
 /* libcurl connected req's socket fd (http.c): the connection is ours. */
@@ -448,6 +487,7 @@ http1_connected(HttpRequest *req, pgsocket fd, uint32 generation)
 	c->fd = fd;
 	c->generation = generation;
 	c->origin = origin_of(req->url);
+	Assert(c->origin != NULL);
 	conns[fd] = c;
 	start(c, req);
 }
@@ -637,6 +677,11 @@ parse(Conn *c, bool at_end)
 			take = Min((uint64) avail, (uint64) c->length);
 		go_on = http_response_body(req, c->buf + pos, take, &used);
 		pos += used;
+		if (req->chunk_bad)
+		{
+			fail(c, "the response's chunk framing is broken (a size missing or too large, or data past its size)");
+			return false;
+		}
 		if (c->state == READ_LENGTH)
 			c->length -= used;
 		if (!go_on)
@@ -740,10 +785,7 @@ http1_event(pgsocket fd, uint32 events)
 	Conn	   *c = fd < n_conns ? conns[fd] : NULL;
 
 	if (c == NULL)
-	{
-		http_forget(fd);
-		return;
-	}
+		return;					/* closed since (and out of the set with it) */
 	if (c->req == NULL)
 	{
 		/* an idle connection woke: the receiver closed it, or spoke out of turn */
@@ -842,21 +884,23 @@ http1_abandon_all(void)
 		curl_slist_free_all(c->req->headers);
 		c->req->headers = NULL;
 		c->req = NULL;
+		n_busy--;
 		conn_close(c);
 	}
-	dlist_init(&done);
+	while (!dlist_is_empty(&done))
+	{
+		HttpRequest *req = dlist_container(HttpRequest, node, dlist_pop_head_node(&done));
+
+		curl_slist_free_all(req->headers);
+		req->headers = NULL;
+	}
 }
 
 #else							/* !HAVE_SYS_EPOLL_H */
 
 /* Without epoll every request goes through libcurl. */
 bool
-http1_wanted(const char *url)
-{
-	return false;
-}
-bool
-http1_send_on_idle(HttpRequest *req)
+http1_submit(HttpRequest *req)
 {
 	return false;
 }

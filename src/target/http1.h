@@ -12,8 +12,7 @@
 
 #include "http.h"
 
-extern bool http1_wanted(const char *url);
-extern bool http1_send_on_idle(HttpRequest *req);
+extern bool http1_submit(HttpRequest *req);
 extern void http1_connected(HttpRequest *req, pgsocket fd, uint32 generation);
 extern void http1_event(pgsocket fd, uint32 events);
 extern HttpRequest *http1_next_done(void);

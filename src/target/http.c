@@ -1031,8 +1031,8 @@ write_cb(char *data, size_t size, size_t nmemb, void *userdata)
  * The value of header line[0..len) if its name is "name" (case-insensitive),
  * without the white space around it; NULL for another header.
  */
-static const char *
-header_value(const char *line, size_t len, const char *name, size_t *vlen)
+const char *
+http_header_value(const char *line, size_t len, const char *name, size_t *vlen)
 {
 	size_t		nlen = strlen(name);
 
@@ -1042,7 +1042,8 @@ header_value(const char *line, size_t len, const char *name, size_t *vlen)
 	len -= nlen + 1;
 	while (len > 0 && (*line == ' ' || *line == '\t'))
 		line++, len--;
-	while (len > 0 && (line[len - 1] == '\r' || line[len - 1] == '\n' || line[len - 1] == ' '))
+	while (len > 0 && (line[len - 1] == '\r' || line[len - 1] == '\n' ||
+					   line[len - 1] == ' ' || line[len - 1] == '\t'))
 		len--;
 	*vlen = len;
 	return line;
@@ -1053,7 +1054,7 @@ static void
 take_header(const char *line, size_t len, const char *name, char *dst, size_t dstlen)
 {
 	size_t		vlen;
-	const char *value = header_value(line, len, name, &vlen);
+	const char *value = http_header_value(line, len, name, &vlen);
 
 	if (value == NULL)
 		return;
@@ -1098,7 +1099,7 @@ http_response_header(HttpRequest *req, const char *data, size_t n)
 	 * Transfer-Encoding line of the response, however long the line: look
 	 * for it in the whole value, and let no later line undo it.
 	 */
-	if ((te = header_value(data, n, "transfer-encoding", &te_len)) != NULL)
+	if ((te = http_header_value(data, n, "transfer-encoding", &te_len)) != NULL)
 	{
 		for (size_t i = 0; i + 7 <= te_len; i++)
 			if (pg_strncasecmp(te + i, "chunked", 7) == 0)
@@ -1221,6 +1222,25 @@ add_to_pool(HttpRequest *req)
 }
 
 /*
+ * What every handle of ours is given: no signals, no Nagle, the error
+ * text and req for the callbacks, the address policy at connect time
+ * (open_socket_cb, close_socket_cb), and no proxy from the server's
+ * environment (it would bypass the checks).
+ */
+static void
+set_common_options(CURL *easy, HttpRequest *req)
+{
+	curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(easy, CURLOPT_TCP_NODELAY, 1L);
+	curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, req->error);
+	curl_easy_setopt(easy, CURLOPT_PRIVATE, req);
+	curl_easy_setopt(easy, CURLOPT_OPENSOCKETFUNCTION, open_socket_cb);
+	curl_easy_setopt(easy, CURLOPT_OPENSOCKETDATA, req);
+	curl_easy_setopt(easy, CURLOPT_CLOSESOCKETFUNCTION, close_socket_cb);
+	curl_easy_setopt(easy, CURLOPT_PROXY, "");
+}
+
+/*
  * Have libcurl open a connection for req, which http1.c sends it on once
  * connected (http_next_done): the name resolved, the address policy
  * applied (open_socket_cb), the endpoint's timeout counting from
@@ -1238,16 +1258,9 @@ http_connect(HttpRequest *req)
 	curl_easy_setopt(easy, CURLOPT_URL, req->url);
 	curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http");
 	curl_easy_setopt(easy, CURLOPT_CONNECT_ONLY, 1L);
-	curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, left);
 	curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, Min(left, 10000L));
-	curl_easy_setopt(easy, CURLOPT_TCP_NODELAY, 1L);
-	curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, req->error);
-	curl_easy_setopt(easy, CURLOPT_PRIVATE, req);
-	curl_easy_setopt(easy, CURLOPT_OPENSOCKETFUNCTION, open_socket_cb);
-	curl_easy_setopt(easy, CURLOPT_OPENSOCKETDATA, req);
-	curl_easy_setopt(easy, CURLOPT_CLOSESOCKETFUNCTION, close_socket_cb);
-	curl_easy_setopt(easy, CURLOPT_PROXY, "");
+	set_common_options(easy, req);
 	add_to_pool(req);
 }
 
@@ -1271,7 +1284,6 @@ http_submit(HttpRequest *req)
 	curl_easy_setopt(easy, CURLOPT_URL, req->url);
 	curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
 	curl_easy_setopt(easy, CURLOPT_FOLLOWLOCATION, 0L);
-	curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(easy, CURLOPT_POST, 1L);
 	curl_easy_setopt(easy, CURLOPT_POSTFIELDS, req->body);
 	curl_easy_setopt(easy, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t) req->body_len);
@@ -1289,20 +1301,13 @@ http_submit(HttpRequest *req)
 	 * connection once the server is known to speak HTTP/2, and opens a
 	 * connection of its own before that.
 	 */
-	curl_easy_setopt(easy, CURLOPT_TCP_NODELAY, 1L);
 	/* The raw body: chunk framing is counted too (see decode_chunked). */
 	curl_easy_setopt(easy, CURLOPT_HTTP_TRANSFER_DECODING, 0L);
 	curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, write_cb);
 	curl_easy_setopt(easy, CURLOPT_WRITEDATA, req);
 	curl_easy_setopt(easy, CURLOPT_HEADERFUNCTION, header_cb);
 	curl_easy_setopt(easy, CURLOPT_HEADERDATA, req);
-	curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, req->error);
-	curl_easy_setopt(easy, CURLOPT_PRIVATE, req);
-	curl_easy_setopt(easy, CURLOPT_OPENSOCKETFUNCTION, open_socket_cb);
-	curl_easy_setopt(easy, CURLOPT_OPENSOCKETDATA, req);
-	curl_easy_setopt(easy, CURLOPT_CLOSESOCKETFUNCTION, close_socket_cb);
-	/* No proxy from the server's environment: it would bypass the checks. */
-	curl_easy_setopt(easy, CURLOPT_PROXY, "");
+	set_common_options(easy, req);
 	if (outbox_ca_file != NULL && outbox_ca_file[0] != '\0')
 		curl_easy_setopt(easy, CURLOPT_CAINFO, outbox_ca_file);
 	/*

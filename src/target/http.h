@@ -111,6 +111,8 @@ extern HttpRequest *http_next_done(void);
 extern void http_abandon_all(void);
 
 /* For http1.c: the response's bounds, the connection, the epoll set. */
+extern const char *http_header_value(const char *line, size_t len, const char *name,
+									 size_t *vlen);
 extern bool http_response_header(HttpRequest *req, const char *line, size_t n);
 extern bool http_response_body(HttpRequest *req, const char *data, size_t n, size_t *used);
 extern bool http_response_chunks_done(const HttpRequest *req);

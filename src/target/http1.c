@@ -243,6 +243,28 @@ fail(Conn *c, const char *error)
 	conn_close(c);
 }
 
+static void retry_fresh(Conn *c);
+
+/*
+ * Sending or receiving failed (errno): on a kept connection before any
+ * answer, the receiver had closed it, and the request goes again on a
+ * fresh one (retry_fresh); otherwise the request fails.
+ */
+static void
+io_failed(Conn *c, const char *what)
+{
+	char		why[128];
+
+	if (c->reused && c->received == 0)
+	{
+		retry_fresh(c);
+		return;
+	}
+	snprintf(why, sizeof(why), "%s failed: %s%s", what, strerror(errno),
+			 errno == ECONNRESET ? " (the connection was reset)" : "");
+	fail(c, why);
+}
+
 /*
  * A kept connection the receiver had closed: send the request again on a
  * fresh one, once.
@@ -340,15 +362,7 @@ send_request(Conn *c)
 		}
 		if (n < 0)
 		{
-			char		why[128];
-
-			if (c->reused && c->received == 0)
-			{
-				retry_fresh(c);
-				return;
-			}
-			snprintf(why, sizeof(why), "sending the request failed: %s", strerror(errno));
-			fail(c, why);
+			io_failed(c, "sending the request");
 			return;
 		}
 		c->sent += n;
@@ -522,25 +536,6 @@ status_line(Conn *c, const char *line, size_t len)
 	return c->status >= 100;
 }
 
-/* The value of a header line if its name is name, its length in *vlen. */
-static const char *
-value_of(const char *line, size_t len, const char *name, size_t *vlen)
-{
-	size_t		nlen = strlen(name);
-
-	if (len <= nlen || line[nlen] != ':' || pg_strncasecmp(line, name, nlen) != 0)
-		return NULL;
-	line += nlen + 1;
-	len -= nlen + 1;
-	while (len > 0 && (*line == ' ' || *line == '\t'))
-		line++, len--;
-	while (len > 0 && (line[len - 1] == '\r' || line[len - 1] == '\n' ||
-					   line[len - 1] == ' ' || line[len - 1] == '\t'))
-		len--;
-	*vlen = len;
-	return line;
-}
-
 /* What a header line says about the framing; false when it is unclear. */
 static bool
 framing_header(Conn *c, const char *line, size_t len)
@@ -548,7 +543,7 @@ framing_header(Conn *c, const char *line, size_t len)
 	size_t		vlen;
 	const char *v;
 
-	if ((v = value_of(line, len, "content-length", &vlen)) != NULL)
+	if ((v = http_header_value(line, len, "content-length", &vlen)) != NULL)
 	{
 		int64		n = 0;
 
@@ -564,7 +559,7 @@ framing_header(Conn *c, const char *line, size_t len)
 			return false;		/* two lengths that differ */
 		c->length = n;
 	}
-	else if ((v = value_of(line, len, "connection", &vlen)) != NULL)
+	else if ((v = http_header_value(line, len, "connection", &vlen)) != NULL)
 	{
 		for (size_t i = 0; i + 5 <= vlen; i++)
 			if (pg_strncasecmp(v + i, "close", 5) == 0)
@@ -757,16 +752,7 @@ receive(Conn *c)
 			return;
 		if (n < 0)
 		{
-			char		why[128];
-
-			if (c->reused && c->received == 0)
-			{
-				retry_fresh(c);
-				return;
-			}
-			snprintf(why, sizeof(why), "receiving the response failed: %s (%s)",
-					 strerror(errno), errno == ECONNRESET ? "connection reset" : "read error");
-			fail(c, why);
+			io_failed(c, "receiving the response");
 			return;
 		}
 		c->buf_len += n;

@@ -17,6 +17,7 @@
 #include <arpa/inet.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <curl/curl.h>
 
 #include "fmgr.h"
@@ -1385,6 +1386,8 @@ http_wait(long timeout_ms)
 		first_due = http1_next_due();
 	if (first_due != 0)
 		wait_ms = Min(wait_ms, Max(0, TimestampDifferenceMilliseconds(GetCurrentTimestamp(), first_due)));
+	if (http1_any_done())
+		wait_ms = 0;			/* failed as it was sent: to be taken now */
 	build_wait_set();
 
 	blocked_from = GetCurrentTimestamp();

@@ -643,7 +643,11 @@ parse(Conn *c, bool at_end)
 			if (c->status == 204 || c->status == 304)
 				c->state = READ_LENGTH, c->length = 0;
 			else if (req->chunked)
+			{
+				/* a length beside chunks: closed after (RFC 9112, 6.3) */
 				c->state = READ_CHUNKS;
+				c->close_after |= c->length >= 0;
+			}
 			else if (c->length >= 0)
 				c->state = READ_LENGTH;
 			else
@@ -795,6 +799,13 @@ http1_event(pgsocket fd, uint32 events)
 		send_request(c);
 }
 
+/* Is a request done and not yet taken (one that failed as it was sent)? */
+bool
+http1_any_done(void)
+{
+	return !dlist_is_empty(&done);
+}
+
 HttpRequest *
 http1_next_done(void)
 {
@@ -903,6 +914,11 @@ HttpRequest *
 http1_next_done(void)
 {
 	return NULL;
+}
+bool
+http1_any_done(void)
+{
+	return false;
 }
 TimestampTz
 http1_next_due(void)

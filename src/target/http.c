@@ -8,7 +8,8 @@
  *
  * The wrapper runs in the relay and in its sender processes (sender.c),
  * each with its own multi handle and no transaction open; see the comment
- * above pool_limits for who limits what.
+ * above pool_limits for who limits what.  Plain http requests are only
+ * connected here (http_connect): http1.c writes and reads them.
  *
  *-------------------------------------------------------------------------
  */

@@ -408,12 +408,9 @@ take_socket(pgsocket fd)
 {
 	WatchState *s = watch_state(fd);
 
-	if (s == NULL)
-		return;
-	if (s->registered != 0)
-		watch_drop(s, fd);
-	s->wanted = s->ours = false;
-	s->taken = true;
+	http_forget(fd);
+	if (s != NULL)
+		s->taken = true;
 }
 
 static int
@@ -1373,6 +1370,7 @@ http_wait(long timeout_ms)
 	bool		latch = false;
 	long		wait_ms = timeout_ms;
 	TimestampTz first_due = current->timer_due;
+	TimestampTz http1_due = http1_next_due();
 	TimestampTz blocked_from;
 	dlist_iter	iter;
 
@@ -1383,8 +1381,8 @@ http_wait(long timeout_ms)
 		if (pool->timer_due != 0 && (first_due == 0 || pool->timer_due < first_due))
 			first_due = pool->timer_due;
 	}
-	if (http1_next_due() != 0 && (first_due == 0 || http1_next_due() < first_due))
-		first_due = http1_next_due();
+	if (http1_due != 0 && (first_due == 0 || http1_due < first_due))
+		first_due = http1_due;
 	if (first_due != 0)
 		wait_ms = Min(wait_ms, Max(0, TimestampDifferenceMilliseconds(GetCurrentTimestamp(), first_due)));
 	if (http1_any_done())

@@ -215,19 +215,24 @@ conn_close(Conn *c)
 	free(c);
 }
 
-/* The request on c is done (results filled in): to the done list. */
-static void
+/*
+ * The request on c is done (results filled in): to the done list.
+ * Returns when, for the connection's idle time.
+ */
+static TimestampTz
 finish(Conn *c)
 {
 	HttpRequest *req = c->req;
+	TimestampTz now = GetCurrentTimestamp();
 
 	pairingheap_remove(&due_heap, &c->due_node);
-	req->duration_ms = (double) (GetCurrentTimestamp() - req->submitted_at) / 1000.0;
+	req->duration_ms = (double) (now - req->submitted_at) / 1000.0;
 	dlist_push_tail(&done, &req->node);
 	c->req = NULL;
 	n_busy--;
 	free(c->head);
 	c->head = NULL;
+	return now;
 }
 
 /* The request failed with error; the connection is closed. */
@@ -239,7 +244,7 @@ fail(Conn *c, const char *error)
 	req->status = 0;
 	req->transport_error = true;
 	strlcpy(req->error, error, sizeof(req->error));
-	finish(c);
+	(void) finish(c);
 	conn_close(c);
 }
 
@@ -286,18 +291,20 @@ retry_fresh(Conn *c)
 static void
 complete(Conn *c, bool reusable)
 {
+	TimestampTz now;
+
 	/* an answer before the whole request was sent: the connection is spent */
 	if (c->sent < c->head_len + c->req->body_len)
 		reusable = false;
 	c->req->status = c->status;
-	finish(c);
+	now = finish(c);
 	if (!reusable || c->close_after || c->generation != current_generation || max_idle == 0)
 	{
 		conn_close(c);
 		return;
 	}
 	c->reused = true;
-	c->idle_since = GetCurrentTimestamp();
+	c->idle_since = now;
 	c->buf_len = 0;
 	free(c->buf);				/* an idle connection holds no buffer */
 	c->buf = NULL;

@@ -55,6 +55,15 @@ sub memory_kb
 }
 
 # What the hostile receiver logged for a path.
+# Wait until the event's one attempt is recorded with a 200: true once it
+# is, false after the TAP timeout.
+sub answered_200
+{
+	my ($event_id) = @_;
+	return $node->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM outbox.attempts WHERE event_id = '$event_id' AND status = 200");
+}
+
 sub hostile_log
 {
 	my ($path) = @_;
@@ -266,17 +275,13 @@ retried_on_schedule('chunked_drip');
 my ($ck_url, $ck_log, $ck_rx) = start_hostile();
 sql("SELECT outbox.create_endpoint('chunked_ok', '$ck_url/chunked_ok', '{h.chunked_ok}')");
 my $ok1 = sql(q{SELECT outbox.emit('h.chunked_ok', '{"n": 1}')});
-ok($node->poll_query_until('postgres',
-	"SELECT count(*) = 1 FROM outbox.attempts WHERE event_id = '$ok1' AND status = 200"),
-	'chunked_ok: delivered');
+ok(answered_200($ok1), 'chunked_ok: delivered');
 is(sql("SELECT response || '|' || coalesce(error, '-') FROM outbox.attempts WHERE event_id = '$ok1'"),
 	'hello world|-', 'chunked_ok: the body is kept decoded, no error');
 my $ok2 = sql(q{SELECT outbox.emit('h.chunked_ok', '{"n": 2}')});
 ok(wait_received($ck_log, sub { grep { ($_->{on_connection} // 0) == 2 } @_ }),
 	'chunked_ok: the next event went on the same connection');
-ok($node->poll_query_until('postgres',
-	"SELECT count(*) = 1 FROM outbox.attempts WHERE event_id = '$ok2' AND status = 200"),
-	'chunked_ok: and was delivered');
+ok(answered_200($ok2), 'chunked_ok: and was delivered');
 
 # A kept connection that the receiver closes when the next request comes,
 # without answering it (its idle timeout ran out just then): that is not
@@ -286,12 +291,9 @@ ok($node->poll_query_until('postgres',
 my ($kc_url, $kc_log, $kc_rx) = start_hostile();
 sql("SELECT outbox.create_endpoint('closes_kept', '$kc_url/closes_kept', '{h.closes_kept}')");
 my $kc1 = sql(q{SELECT outbox.emit('h.closes_kept', '{"n": 1}')});
-ok($node->poll_query_until('postgres',
-	"SELECT count(*) = 1 FROM outbox.attempts WHERE event_id = '$kc1' AND status = 200"),
-	'closes_kept: the first event delivered');
+ok(answered_200($kc1), 'closes_kept: the first event delivered');
 my $kc2 = sql(q{SELECT outbox.emit('h.closes_kept', '{"n": 2}')});
-ok($node->poll_query_until('postgres',
-	"SELECT count(*) = 1 FROM outbox.attempts WHERE event_id = '$kc2' AND status = 200"),
+ok(answered_200($kc2),
 	'closes_kept: the second, whose kept connection was closed on it, delivered');
 is(sql("SELECT count(*) || ' ' || count(error) FROM outbox.attempts WHERE event_id = '$kc2'"), '1 0',
 	'closes_kept: in one attempt, without an error');

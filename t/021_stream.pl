@@ -49,6 +49,15 @@ sub follows_again
 	return 0;
 }
 my $node = outbox_node('stream', conf => "outbox.poll_interval = '200ms'\n");
+
+# Wait until an endpoint no longer follows the stream: true once it does,
+# false if it still follows after the TAP timeout.
+sub stops_following
+{
+	my ($name) = @_;
+	return $node->poll_query_until('postgres',
+		"SELECT NOT follows FROM outbox.positions WHERE endpoint_id = outbox._endpoint_id('$name')");
+}
 my ($url, $log, $receiver) = start_receiver();
 
 ############################################################################
@@ -173,8 +182,7 @@ my $release = PostgreSQL::Test::Utils::tempdir() . '/release';
 my @slow = split /\n/, sql(qq{
 SELECT outbox.emit('t.5', jsonb_build_object('slow', n), headers => '{"x-test-hold": "$release"}')
   FROM generate_series(1, 3) n});
-ok($node->poll_query_until('postgres',
-		"SELECT NOT follows FROM outbox.positions WHERE endpoint_id = outbox._endpoint_id('e5')"),
+ok(stops_following('e5'),
 	'the endpoint whose receiver holds its requests stopped following the stream');
 
 # The others are not held back: events emitted now arrive while e5 holds.
@@ -202,9 +210,7 @@ is(scalar(grep { ($n5->{$_} // 0) != 1 } @slow), 0, 'each of its held events arr
 ############################################################################
 
 sql("SELECT outbox.pause_endpoint('e9')");
-ok($node->poll_query_until('postgres',
-		"SELECT NOT follows FROM outbox.positions WHERE endpoint_id = outbox._endpoint_id('e9')"),
-	'a paused endpoint stops following the stream');
+ok(stops_following('e9'), 'a paused endpoint stops following the stream');
 my @paused = split /\n/, sql(q{SELECT outbox.emit('t.9', jsonb_build_object('p', n)) FROM generate_series(1, 4) n});
 my @other = split /\n/, sql(q{SELECT outbox.emit('t.8', jsonb_build_object('p', n)) FROM generate_series(1, 4) n});
 ok(wait_received($log, got_all('/e8', @other)), 'the others get their events while it is paused');
@@ -241,9 +247,7 @@ is(scalar(grep { ($n7->{$_} // 0) != 1 } @big), 0, 'each once');
 # The same through an endpoint's own pages: paused while they are
 # emitted, resumed, it reads them on its own, in pages the budget cuts.
 sql("SELECT outbox.pause_endpoint('e6')");
-ok($node->poll_query_until('postgres',
-		"SELECT NOT follows FROM outbox.positions WHERE endpoint_id = outbox._endpoint_id('e6')"),
-	'e6, paused, stops following the stream');
+ok(stops_following('e6'), 'e6, paused, stops following the stream');
 my @own = split /\n/, sql(q{SELECT outbox.emit('t.6', jsonb_build_object('n', n, 'pad', repeat('y', 16000)))
                              FROM generate_series(1, 40) n});
 # (once the stream read past them: resumed before, it would find nothing
@@ -335,9 +339,7 @@ my @just = split /\n/, sql(q{SELECT outbox.emit('t.7', '{"just": "before"}')});
 ok(wait_received($log, got_all('/e7', @just)), 'e7 answered just before');
 my ($solo) = split /\n/, sql(qq{SELECT outbox.emit('solo', '{}', headers => '{"x-test-hold": "$release7"}')});
 $t0 = time();
-ok($node->poll_query_until('postgres',
-		"SELECT NOT follows FROM outbox.positions WHERE endpoint_id = outbox._endpoint_id('solo')"),
-	'the silent part alone on its page stopped following the stream');
+ok(stops_following('solo'), 'the silent part alone on its page stopped following the stream');
 $took = time() - $t0;
 ok($took < 4, sprintf('after about 1.5 s, not 6 (%.1f s)', $took));
 PostgreSQL::Test::Utils::append_to_file($release7, '');
@@ -371,8 +373,7 @@ SELECT outbox.emit(t.type, jsonb_build_object('i', i), headers => t.headers)
           FROM generate_series(1, 10) n, generate_series(1, 20) i
         UNION ALL SELECT 'mute', '{"x-test-hold": "$release8"}', 0) t});
 $t0 = time();
-ok($node->poll_query_until('postgres',
-		"SELECT NOT follows FROM outbox.positions WHERE endpoint_id = outbox._endpoint_id('mute')"),
+ok(stops_following('mute'),
 	'the silent part beside parts answered once a second stopped following the stream');
 $took = time() - $t0;
 ok($took < 14, sprintf('after about 7.5 s, not once the others had no requests left (%.1f s)', $took));

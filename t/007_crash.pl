@@ -300,8 +300,7 @@ SELECT pid FROM pg_stat_activity
 		ok(log_wait(qr/all server processes terminated; reinitializing/, $log_offset),
 			"round $round: the postmaster restarted the server processes");
 	}
-	$node->poll_query_until('postgres', qq{
-SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'outbox relay' AND pid <> $old_relay})
+	relay_restarted($node, $old_relay)
 	  or die "round $round: relay not running after the crash";
 	# Right after the restart, no retry is due later than the schedule
 	# allows ('1s' plus 20% jitter).

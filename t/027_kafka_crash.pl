@@ -122,8 +122,7 @@ SELECT count(*) >= $trigger FROM outbox.attempts a JOIN outbox.events e USING (e
 	}
 	$_->finish for @h;
 	$victim->finish if $victim;
-	$node->poll_query_until('postgres', qq{
-SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'outbox relay' AND pid <> $old_relay})
+	relay_restarted($node, $old_relay)
 	  or die "round $round: relay not running after the crash";
 
 	# Every client transaction that was cut off is not retried: what

@@ -432,8 +432,7 @@ SELECT count(*) >= $trigger FROM outbox.attempts a JOIN outbox.events e USING (e
 	  or die "round $round: acknowledgements did not come";
 	kill 'KILL', $old_relay;
 	$emit->finish or die "round $round: emitting failed: $e_err";
-	$node->poll_query_until('postgres', qq{
-SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'outbox relay' AND pid <> $old_relay})
+	relay_restarted($node, $old_relay)
 	  or die "round $round: relay not running after the crash";
 	ok($node->poll_query_until('postgres', q{
 SELECT b.deliveries_waiting = 0 AND NOT EXISTS (SELECT 1 FROM outbox.retries) FROM outbox.backlog b}),

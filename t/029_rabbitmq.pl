@@ -419,8 +419,7 @@ SELECT count(*) >= $trigger FROM outbox.attempts a JOIN outbox.events e USING (e
 		$node->start;
 	}
 	$_->finish for @h;
-	$node->poll_query_until('postgres', qq{
-SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'outbox relay' AND pid <> $old_relay})
+	relay_restarted($node, $old_relay)
 	  or die "$kind: relay not running after the crash";
 	ok($node->poll_query_until('postgres', q{
 SELECT b.deliveries_waiting = 0 AND NOT EXISTS (SELECT 1 FROM outbox.retries) FROM outbox.backlog b}),

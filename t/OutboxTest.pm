@@ -21,7 +21,7 @@ use Scalar::Util qw(blessed);
 use Time::HiRes qw(usleep);
 
 our @EXPORT = qw(outbox_node start_receiver received wait_received ids_at got_all);
-our @EXPORT_OK = qw(sql lit relay_pid wait_for_relay attempts reload_with log_wait outbox_version
+our @EXPORT_OK = qw(sql lit relay_pid wait_for_relay relay_restarted attempts reload_with log_wait outbox_version
   start_cloudevents_receiver start_tls_receiver openssl make_certificates emit_keyed_orders
   tally_copies);
 our %EXPORT_TAGS = (all => [ @EXPORT, @EXPORT_OK ]);
@@ -103,14 +103,45 @@ sub relay_pid
 		'SELECT pid FROM pg_stat_activity WHERE ' . _relay_of($db));
 }
 
+# True once $query returns 't' in database postgres, false if it does not
+# within the TAP timeout.  Unlike poll_query_until(), the query goes on
+# psql's command line: while the server recovers from a crash it refuses
+# connections, psql exits before reading its input, and the write of a
+# query to that input then fails with EPIPE, which IPC::Run makes a die
+# (t/007 died so in CI).
+sub _poll
+{
+	my ($node, $query) = @_;
+	local %ENV = $node->_get_env();
+	my $deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
+	while (time() < $deadline)
+	{
+		IPC::Run::run([ $node->installed_command('psql'), '-XAt', '-d', $node->connstr('postgres'), '-c', $query ],
+			'<', '/dev/null', '>', \my $out, '2>', \my $err);
+		return 1 if ($out // '') eq "t\n";
+		usleep(100_000);
+	}
+	return 0;
+}
+
 # wait_for_relay([$node,] [$db]): true once a relay serves database $db
 # (postgres), false if none does within the TAP timeout.
 sub wait_for_relay
 {
 	my $node = _node(\@_);
 	my ($db) = @_;
-	return $node->poll_query_until('postgres',
-		'SELECT count(*) = 1 FROM pg_stat_activity WHERE ' . _relay_of($db));
+	return _poll($node, 'SELECT count(*) = 1 FROM pg_stat_activity WHERE ' . _relay_of($db));
+}
+
+# relay_restarted([$node,] $old_pid): true once a relay other than the one
+# with pid $old_pid serves database postgres, false if none does within
+# the TAP timeout.  Safe to call right after a crash.
+sub relay_restarted
+{
+	my $node = _node(\@_);
+	my ($old_pid) = @_;
+	return _poll($node, 'SELECT count(*) = 1 FROM pg_stat_activity WHERE '
+		  . _relay_of('postgres') . " AND pid <> $old_pid");
 }
 
 # attempts([$node,] $event_id, $endpoint): "attempt:status,..." of an event

@@ -39,6 +39,7 @@ OBJS = \
 	src/relay/route.o \
 	src/relay/limit.o \
 	src/relay/relay.o \
+	src/relay/stream.o \
 	src/relay/pump.o \
 	src/relay/endpoints.o \
 	src/relay/sender.o \

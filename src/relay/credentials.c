@@ -162,7 +162,7 @@ credentials_set_authorization(const RelayEndpoint *ep)
 
 /*
  * Is the endpoint's OAuth2 token being fetched?  Its deliveries wait: for
- * the stream's laggard rule (relay.c, detach_laggards) they count as in
+ * the stream's laggard rule (stream.c, stream_detach_laggards) they count as in
  * flight.
  */
 bool

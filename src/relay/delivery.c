@@ -116,7 +116,7 @@ delivery_free_events(EventRows *rows)
 /*
  * A delivery has its outcome: one fewer pending in its batch, one more to
  * record.  A part of the stream's page that has no delivery left pending is
- * progress of the page (detach_laggards).
+ * progress of the page (stream_detach_laggards).
  */
 void
 delivery_settle(Delivery *d, OutcomeKind outcome)

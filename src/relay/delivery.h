@@ -36,8 +36,9 @@ typedef struct RelayEndpoint
 	bool		seen;			/* present in the latest load */
 	bool		active;			/* not paused, not disabled */
 	bool		follows;		/* reads with the stream, not on its own */
-	int			share_counted;	/* while it follows: its page_share() in the
-								 * stream's broker_share if a broker, 0 */
+	int			share_counted;	/* while it follows: its stream_page_share()
+								 * in the stream's broker_share if a broker,
+								 * 0 */
 	bool		detach;			/* stops following: its own position takes
 								 * the stream's at the next record */
 	bool		detach_past;	/* and moves past the stream page in flight,
@@ -200,9 +201,9 @@ typedef struct StreamPage
 	int			answered;		/* requests of its parts answered (or not),
 								 * those that took slots */
 	int			slow_answers;	/* of those, taking SLOW_ANSWER_MS or more */
-	int64		cpu_at_read;	/* the relay's CPU time then (relay_cpu_us) */
+	int64		cpu_at_read;	/* the relay's CPU time then (stream_cpu_us) */
 	TimestampTz progress_at;	/* read, or a part finished, last */
-	bool		holding;		/* detach_laggards holds it, with parts late */
+	bool		holding;		/* stream_detach_laggards holds it, with parts late */
 	TimestampTz held_at;		/* a hold with parts late ended (0: never) */
 	bool		ahead_tried;	/* the page after it was read ahead (or
 								 * tried: read_ahead) */

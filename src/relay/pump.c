@@ -42,7 +42,7 @@
 static int	in_flight = 0;
 static int	slots_taken = 0;	/* of those, deliveries holding a slot */
 
-/* When a request last finished, of any endpoint (detach_laggards). */
+/* When a request last finished, of any endpoint (stream_detach_laggards). */
 static TimestampTz last_answer_at = 0;
 
 /*

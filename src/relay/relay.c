@@ -27,8 +27,6 @@
  */
 #include "postgres.h"
 
-#include <sys/resource.h>
-
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "commands/dbcommands.h"
@@ -61,6 +59,7 @@
 #include "sender.h"
 #include "shmem.h"
 #include "store.h"
+#include "stream.h"
 #include "target.h"
 #include "relay.h"
 
@@ -88,35 +87,6 @@
 #define ROTATE_INTERVAL_MS	1000
 /* After this many failures in a row an endpoint only gets probes. */
 #define CIRCUIT_FAILURES	20
-/*
- * A part of the stream's page with requests in flight and no answer for
- * this long, while other endpoints follow the stream, is a laggard: it
- * holds the others back (detach_laggards).  Longer than a lost SYN's first
- * retransmission (1 s): a burst of new connections to one host must not
- * detach everyone (seen with 2,048 parts at once).
- */
-#define DETACH_AFTER_MS		1500
-/*
- * Once at most a quarter of a page's parts are left, a part is a laggard
- * sooner: after twice as long as the others took, this at least.
- */
-#define LAGGARD_MIN_MS		200
-/*
- * A page with at least HOLD_MIN_PARTS parts in flight, more than half of
- * its parts, while nothing at all was answered for LAGGARD_MIN_MS (and
- * it was read that long ago), is held: none of its parts is detached
- * until answers come back, or until nothing was answered for
- * DETACH_HOLD_MS.  Detaching a few parts costs little; the hold is for
- * many (detach_laggards).
- */
-#define HOLD_MIN_PARTS		10
-#define DETACH_HOLD_MS		6000
-/*
- * No hold keeps a part with no answer for this long: holds that end and
- * start again (answers of other endpoints trickling in) must not keep a
- * dead receiver's part until its timeout.
- */
-#define OVERDUE_MS			(DETACH_AFTER_MS + DETACH_HOLD_MS)
 /*
  * A read step reads endpoints' own pages for about this long at most; the
  * next step goes on with the next of them.  An endpoint far behind must
@@ -166,8 +136,8 @@ static TimestampTz last_record_at = 0;
  * Endpoints that do not follow the stream and may read on their own
  * (active; rebuilt at each load), the ids of those whose due retries are
  * to be read again at once and of those detached in memory whose rows
- * still say they follow, those attached by the read not yet committed, and
- * how many active endpoints follow the stream.
+ * still say they follow, and those attached by the read not yet committed
+ * (how many follow the stream is stream.c's).
  */
 static List *own_readers = NIL;
 static int	own_next = 0;		/* where the next read step starts in it */
@@ -175,28 +145,14 @@ static bool own_cut = false;	/* the last read step ran out of time */
 static List *due_again = NIL;
 static List *detaching = NIL;
 static List *attached_now = NIL;
-static int	followers = 0;
-static int	broker_followers = 0;	/* of those, endpoints of a broker */
-static int64 broker_share = 0;	/* and their page_share()s */
 
 /*
  * When the relay last took what its targets' sockets had (target_wait).
- * A part's wait for an answer counts up to then (detach_laggards): what
+ * A part's wait for an answer counts up to then (stream_detach_laggards): what
  * arrived while the relay ran its SQL it has not seen yet.
  */
 static TimestampTz polled_at = 0;
 
-/*
- * A stream page that route_page cut short (an endpoint's share was full):
- * its length, which bounds the next pages' reads, so that what follows is
- * not read only to be left for the next page (an HTTP endpoint beside a
- * Kafka endpoint of the same event types: pages of 2,500 cut at 500), and
- * the pages since that were not cut.  After STREAM_CUT_PAGES of those the
- * full size is tried again.
- */
-#define STREAM_CUT_PAGES	8
-static int	stream_cut = 0;
-static int	stream_uncut = 0;
 
 /* The endpoints as loaded: the changes they include, when; or stale. */
 static uint64 endpoints_version = 0;
@@ -492,43 +448,6 @@ link_same_key(Batch *b)
 	pfree(keyed);
 }
 
-/*
- * The events an endpoint gets at most in a page, its own or its part of the
- * stream's: outbox.batch_size, or for a target whose deliveries take no
- * slot (a broker) BROKER_PAGE_FACTOR times that, but not more than half its
- * max_in_flight (nor less than outbox.batch_size): a part is sent and
- * acknowledged whole before the stream moves on.
- */
-static int
-page_share(const RelayEndpoint *ep)
-{
-	int			share = BROKER_PAGE_FACTOR * outbox_batch_size;
-
-	if (target_takes_slot(ep->target))
-		return outbox_batch_size;
-	if (ep->max_in_flight > 0)
-		share = Min(share, Max(ep->max_in_flight / 2, outbox_batch_size));
-	return share;
-}
-
-/*
- * ep starts (sign 1) or stops (-1) following the stream: count it, and a
- * broker's share, as counted when it started (its URL may change meanwhile).
- */
-static void
-count_follower(RelayEndpoint *ep, int sign)
-{
-	if (sign > 0)
-		ep->share_counted = target_takes_slot(ep->target) ? 0 : page_share(ep);
-	followers += sign;
-	if (ep->share_counted > 0)
-	{
-		broker_followers += sign;
-		broker_share += sign * ep->share_counted;
-	}
-	if (sign < 0)
-		ep->share_counted = 0;
-}
 
 /*
  * After a load of the endpoints: rebuild the routes, and who reads on its
@@ -546,16 +465,14 @@ endpoints_loaded(void)
 	route_build(endpoints, relay_cxt);
 	list_free(own_readers);
 	own_readers = NIL;
-	followers = 0;
-	broker_followers = 0;
-	broker_share = 0;
+	stream_forget_followers();
 	hash_seq_init(&seq, endpoints);
 	while ((ep = hash_seq_search(&seq)) != NULL)
 	{
 		if (ep->follows && !ep->active && ep->seen)
 			relay_detach(ep);
 		if (ep->follows && ep->active)
-			count_follower(ep, 1);
+			stream_count_follower(ep, 1);
 		else if (ep->active)
 			own_readers = lappend(own_readers, ep);
 	}
@@ -580,7 +497,7 @@ relay_detach(RelayEndpoint *ep)
 		return;
 	ep->follows = false;
 	if (ep->active)
-		count_follower(ep, -1);
+		stream_count_follower(ep, -1);
 	old = MemoryContextSwitchTo(relay_cxt);
 	if (!ep->detach)
 		detaching = lappend_int(detaching, ep->id);
@@ -653,7 +570,7 @@ route_page(StreamPage *p)
 	/*
 	 * Count each endpoint's deliveries first: a part is one allocation.  A
 	 * page ends before an event that would give an endpoint more than its
-	 * page_share() of them: no endpoint gets a larger page of the
+	 * stream_page_share() of them: no endpoint gets a larger page of the
 	 * stream than it would read on its own (an endpoint failing without
 	 * pause, say, gets that many before it only gets probes); the rest is
 	 * read again with the next page, and the pages after it are read no
@@ -665,7 +582,7 @@ route_page(StreamPage *p)
 		bool		full = false;
 
 		for (int j = 0; j < n && !full; j++)
-			full = eps[j]->follows && eps[j]->routed >= page_share(eps[j]);
+			full = eps[j]->follows && eps[j]->routed >= stream_page_share(eps[j]);
 		if (full)
 		{
 			shorten_stream_page(p, i);
@@ -694,13 +611,7 @@ route_page(StreamPage *p)
 				parts = lappend(parts, ep);
 		}
 	}
-	if (cut)
-	{
-		stream_cut = p->n;
-		stream_uncut = 0;
-	}
-	else if (stream_cut > 0 && ++stream_uncut >= STREAM_CUT_PAGES)
-		stream_cut = 0;
+	stream_page_routed(p, cut);
 	foreach(lc, parts)
 	{
 		RelayEndpoint *ep = (RelayEndpoint *) lfirst(lc);
@@ -786,96 +697,6 @@ route_page(StreamPage *p)
 	list_free(parts);
 }
 
-/*
- * How many events a page of the stream may hold (DESIGN.md, "The stream").
- * outbox.batch_size, as an endpoint reading on its own reads; while most
- * requests of the pages take SLOW_ANSWER_MS or longer, twice as many as
- * the last page, up to the relay's slots, so that endpoints whose
- * receivers answer slowly have requests in flight side by side instead of
- * a few each (bench case 11: 2,200 deliveries a second from pages of 500
- * with receivers answering after 200 ms, 6,300 from pages of 2,048); and
- * back by halves once most are answered sooner.  Receivers that answer at
- * once gain nothing from large pages, and more requests in flight cost
- * the relay more each (bench case 9: 1,000 endpoints on nginx got 16,900
- * deliveries a second from pages of 500, 9,100 from pages of 2,048).  That
- * is the share of the endpoints whose requests take slots.  Each broker
- * endpoint that follows adds its page_share() (BROKER_PAGE_FACTOR x
- * outbox.batch_size at most; all of them together at most that factor of
- * the slots): its messages take no slot, and its rate is about a page per
- * acknowledgement (bench case 14: Kafka from 44,000 events a second to
- * 94,000).  No endpoint gets more than its page_share() of a page
- * (route_page), a page that was cut for that bounds the next ones
- * (stream_cut), and outbox.batch_bytes bounds its memory.
- */
-static int	stream_size = 0;	/* as asked; within_page_bounds() at use */
-
-/* size, within outbox.batch_size and the relay's slots (or batch_size). */
-static int
-within_page_bounds(int size)
-{
-	return Min(Max(size, outbox_batch_size), Max(pump_slots(), outbox_batch_size));
-}
-
-static int
-stream_page_size(void)
-{
-	int64		takers = (int64) outbox_batch_size * Max(followers - broker_followers, 0);
-	int64		size = Min(takers, within_page_bounds(stream_size)) +
-		Min(broker_share, (int64) BROKER_PAGE_FACTOR * Max(pump_slots(), outbox_batch_size));
-
-	if (stream_cut > 0)
-		size = Min(size, stream_cut);
-	return (int) Max(size, 1);
-}
-
-/*
- * CPU time of the relay's own thread, in µs: not the threads of its
- * targets (libnats, librdkafka, librabbitmq), nor its senders' (with
- * outbox.senders they take some answers in, and the test below sees only
- * the relay).  Where RUSAGE_THREAD is missing, the whole process's, which
- * only makes pages grow less.
- */
-static int64
-relay_cpu_us(void)
-{
-	struct rusage ru;
-
-#ifdef RUSAGE_THREAD
-	if (getrusage(RUSAGE_THREAD, &ru) != 0)
-#else
-	if (getrusage(RUSAGE_SELF, &ru) != 0)
-#endif
-		return 0;
-	return (int64) (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000 +
-		ru.ru_utime.tv_usec + ru.ru_stime.tv_usec;
-}
-
-/*
- * After a stream page: the share of it of the endpoints whose requests take
- * slots, from how those requests took (a broker's share is fixed:
- * page_share).  Larger after a page that did not end its batch (more is
- * waiting), and only while the relay was idle for a quarter of its time or
- * more: a relay at a full core is slow to take its answers in, so they
- * look slow, and a larger page would only make each take longer (bench
- * case 9 with 10,000 endpoints on nginx: pages grew to 2,048 in some runs,
- * 9,400 deliveries a second instead of 12,000 to 13,000).  Then the size
- * stays.
- */
-static void
-size_stream_pages(const StreamPage *p)
-{
-	int			size = within_page_bounds(stream_size);
-	int64		life = GetCurrentTimestamp() - p->read_at;
-	int64		idle = life - (relay_cpu_us() - p->cpu_at_read);
-
-	if (p->answered == 0)
-		return;
-	if (p->slow_answers * 2 > p->answered && !p->batch_done && idle * 4 >= life)
-		size = within_page_bounds(size * 2);
-	else if (p->slow_answers * 2 <= p->answered)
-		size = within_page_bounds(size / 2);
-	stream_size = size;
-}
 
 /*
  * Has ep failed lately?  A failure that asks to try again (no answer in
@@ -972,7 +793,7 @@ read_stream(void)
 			MemoryContext old = MemoryContextSwitchTo(relay_cxt);
 
 			ep->follows = true;
-			count_follower(ep, 1);
+			stream_count_follower(ep, 1);
 			own_readers = list_delete_ptr(own_readers, ep);
 			attached_now = lappend(attached_now, ep);
 			MemoryContextSwitchTo(old);
@@ -985,7 +806,7 @@ read_stream(void)
 	 * event for no one.  (The next endpoint to be attached moves it first.)
 	 */
 	stream_more = false;
-	if (followers == 0)
+	if (stream_followers() == 0)
 	{
 		drop_ahead();
 		return;
@@ -1041,7 +862,7 @@ read_ahead(void)
 	TimestampTz start;
 
 	if (p == NULL || p->batch_done || p->ahead_tried || stream_ahead != NULL ||
-		followers == 0 || pump_in_flight() == 0 || pump_any_ready())
+		stream_followers() == 0 || pump_in_flight() == 0 || pump_any_ready())
 		return;
 	p->ahead_tried = true;
 	start = GetCurrentTimestamp();
@@ -1074,7 +895,7 @@ own_page_size(const RelayEndpoint *ep)
 		return 1;
 	if (ep->lagged || ep->retry_failures > 0)
 		return limit_page_size(ep, Min(outbox_batch_size, 2 * pump_endpoint_cap(ep)));
-	return limit_page_size(ep, page_share(ep));
+	return limit_page_size(ep, stream_page_share(ep));
 }
 
 /*
@@ -1293,7 +1114,7 @@ read_round(bool full)
 				MemoryContext old = MemoryContextSwitchTo(relay_cxt);
 
 				ep->follows = false;
-				count_follower(ep, -1);
+				stream_count_follower(ep, -1);
 				own_readers = lappend(own_readers, ep);
 				MemoryContextSwitchTo(old);
 			}
@@ -1315,7 +1136,7 @@ read_round(bool full)
 		stream_page = stream_unconfirmed;
 		stream_unconfirmed = NULL;
 		stream_page->read_at = GetCurrentTimestamp();
-		stream_page->cpu_at_read = relay_cpu_us();
+		stream_page->cpu_at_read = stream_cpu_us();
 		stream_page->progress_at = stream_page->read_at;
 	}
 
@@ -1493,7 +1314,7 @@ stream_page_done(bool recorded)
 	StreamPage *p = stream_page;
 
 	stream_page = NULL;
-	size_stream_pages(p);
+	stream_size_pages(p);
 	if (recorded)
 	{
 		stream_verify = false;
@@ -1795,7 +1616,7 @@ worth_reading(void)
 	ListCell   *lc;
 
 	/* (the stream is read only while someone follows it: read_stream) */
-	if ((stream_page == NULL && followers > 0) || due_again != NIL)
+	if ((stream_page == NULL && stream_followers() > 0) || due_again != NIL)
 		return true;
 	foreach(lc, own_readers)
 		if (may_read_page((RelayEndpoint *) lfirst(lc), false))
@@ -1836,7 +1657,7 @@ want_more(void)
 	ListCell   *lc;
 
 	/* (with nobody following it, the stream is not read: read_stream) */
-	if (stream_more && stream_page == NULL && followers > 0)
+	if (stream_more && stream_page == NULL && stream_followers() > 0)
 		return true;
 	if (due_again != NIL || own_cut)
 		return true;
@@ -1850,135 +1671,6 @@ want_more(void)
 	return false;
 }
 
-/*
- * Endpoints whose parts of the stream's page are still in flight hold back
- * every other endpoint that follows the stream.  A part is a laggard when
- * it has requests in flight and has had no answer, nor sent anything, for
- * a while (a large part answered steadily is none, nor one whose requests
- * wait for slots; one whose OAuth2 token is being fetched counts as in
- * flight): DETACH_AFTER_MS while more than a quarter of the page's parts
- * are left, or, once at most a quarter are, twice as long as the others
- * took (from the page's read to the last part that finished, parts with
- * nothing to send included), or twice what its endpoint's last definite
- * answer took if that is longer, at least LAGGARD_MIN_MS and at most
- * DETACH_AFTER_MS.  The wait counts up to when the relay last took its
- * sockets' answers (polled_at), not up to now: a step of SQL that ran for
- * seconds saw no answers, yet the receivers may have sent them all.  It
- * counts from its own last answer, not from the others' last finish:
- * parts of healthy endpoints that trickle in late must not put it off
- * again and again (seen in bench case 12: the page waited 2.2 s for 100
- * endpoints that never answer).  A receiver that never answers then costs
- * the others a fraction of a second, not its timeout.  Each part's wait
- * counts from its own last answer, also while more than a quarter are
- * left: before 1.5 it started only once no part of the page had finished
- * for DETACH_AFTER_MS, and bench case 12's first page (a tenth of its
- * parts to endpoints that never answer, the others slowed by the
- * connections it opens) waited 3.6 s against 2.1 s without them.  The
- * share was a tenth, with once the others' time, until case 12's first
- * page of 500 events, whose 400-odd parts had a few more than a tenth to
- * the endpoints that never answer, waited the whole DETACH_AFTER_MS (0.70
- * of the rate without them, 0.89 to 0.90 after).  A quarter with once the
- * others' time had detached healthy endpoints answering in 200 to 400 ms
- * at the end of each page in bench case 11; and with the others quick,
- * the 200 ms floor would detach a few receivers far away (300 ms, say)
- * beside many near ones on every page, only for them to follow again
- * once caught up: their own answers' time keeps them.  Laggards stop
- * following (their parts become their own pages) and are lagged: one
- * request at a time until an answer (pump_endpoint_cap).  But when many
- * parts are in flight (HOLD_MIN_PARTS), most of the page's, and nothing
- * at all was answered lately, every receiver (or the network) may be
- * stalled: detaching them all would only make each read on its own (seen
- * once in bench case 12: 900 endpoints detached at once).  Then the page
- * is held: nothing is detached while the silence lasts, up to
- * DETACH_HOLD_MS of it, and parts whose waits ran out meanwhile go only
- * once it is over.  It counts from the last answer to any request, or
- * from the page's read if that is later, so parts whose own last answers
- * came a little earlier are held too.  When answers come back after parts
- * were late, every part's wait starts again from the look that saw them:
- * the first answer must not make the others, a few milliseconds behind
- * it, laggards for the time everyone waited.  When the silence reaches
- * DETACH_HOLD_MS, the late parts go at once, and a part with no answer of
- * its own for OVERDUE_MS goes whatever the holds (answers trickling in
- * from elsewhere could end and start them again and again).  Before
- * 1.5 the hold compared the laggards with every follower (never true when
- * a page has fewer than half as many parts as there are followers, as in
- * bench case 12's 1,000 endpoints and pages of 500 events) and the waits
- * counted through it.  An endpoint alone on the stream holds nobody back.
- */
-static void
-detach_laggards(void)
-{
-	dlist_iter	iter;
-	List	   *slow = NIL;
-	List	   *overdue = NIL;
-	List	   *leaving;
-	ListCell   *lc;
-	StreamPage *p = stream_page;
-	TimestampTz now = polled_at;
-	TimestampTz quiet_since;
-	long		wait = DETACH_AFTER_MS;
-	int			waiting = 0;
-	bool		held = false;
-
-	if (p == NULL || p->parts == 0 || followers <= 1 || now == 0)
-		return;
-	quiet_since = Max(pump_last_answer_at(), p->read_at);
-	if ((p->routed - p->finished) * 4 <= p->routed)
-		wait = Max(LAGGARD_MIN_MS,
-				   Min(2 * (p->progress_at - p->read_at) / 1000, DETACH_AFTER_MS));
-	dlist_foreach(iter, &active)
-	{
-		Batch	   *b = dlist_container(Batch, node, iter.cur);
-		long		own;
-
-		if (b->stream != p || b->pending == 0 ||
-			(b->ep->in_flight == 0 && !credentials_fetching(b->ep)))
-			continue;
-		waiting++;
-		/*
-		 * A receiver known to take its time gets twice its last answer's
-		 * (while more than a quarter are left, wait is the cap already).
-		 * The wait counts from its last answer, or from the end of the
-		 * page's last hold; no hold keeps a part past OVERDUE_MS.
-		 */
-		own = Min(Max(wait, (long) (2 * b->ep->answer_ms)), DETACH_AFTER_MS);
-		if (TimestampDifferenceExceeds(b->answered_at, now, OVERDUE_MS))
-			overdue = lappend(overdue, b->ep);
-		else if (TimestampDifferenceExceeds(Max(b->answered_at, p->held_at), now, own))
-			slow = lappend(slow, b->ep);
-	}
-	if (waiting >= HOLD_MIN_PARTS && waiting * 2 > p->routed &&
-		TimestampDifferenceExceeds(quiet_since, now, LAGGARD_MIN_MS) &&
-		!TimestampDifferenceExceeds(quiet_since, now, DETACH_HOLD_MS))
-	{
-		/* Held while the silence lasts; parts late meanwhile make it count. */
-		p->holding |= (slow != NIL || overdue != NIL);
-		held = true;
-	}
-	else if (p->holding && !TimestampDifferenceExceeds(quiet_since, now, DETACH_HOLD_MS))
-	{
-		/* Answers came back: every wait starts again from here. */
-		p->holding = false;
-		p->held_at = now;
-		held = true;
-	}
-	else
-		p->holding = false;
-	/* The overdue go in any case, the others unless the page is held. */
-	leaving = held ? overdue : list_concat(overdue, slow);
-	foreach(lc, leaving)
-	{
-		RelayEndpoint *ep = (RelayEndpoint *) lfirst(lc);
-
-		ereport(DEBUG1,
-				(errmsg("outbox endpoint \"%s\" stops following the stream: its deliveries hold the others back",
-						ep->name)));
-		ep->lagged = true;
-		relay_detach(ep);
-	}
-	list_free(slow);
-	list_free(leaving);
-}
 
 /* The step of rotate_round; as the relay starts, the version check too. */
 static StepResult
@@ -2142,7 +1834,7 @@ outbox_relay_main(Datum arg)
 
 		/* Collect first: finished requests make room for pump_run(). */
 		pump_collect();
-		detach_laggards();
+		stream_detach_laggards(stream_page, &active, polled_at);
 		pump_run(&active);
 		step_start = GetCurrentTimestamp();
 		record_round();
@@ -2169,7 +1861,7 @@ outbox_relay_main(Datum arg)
 		until_poll = outbox_poll_interval -
 			TimestampDifferenceMilliseconds(last_read, GetCurrentTimestamp());
 		/* A page with parts in flight is looked at for laggards meanwhile. */
-		if (stream_page != NULL && stream_page->parts > 0 && followers > 1)
+		if (stream_page != NULL && stream_page->parts > 0 && stream_followers() > 1)
 			until_poll = Min(until_poll, LAGGARD_MIN_MS / 2);
 		/* Finished deliveries that wait for their record are recorded in time. */
 		if (record_wait_ms >= 0)

@@ -1,0 +1,34 @@
+/*-------------------------------------------------------------------------
+ *
+ * stream.h
+ *	  The shape of the stream: its followers, the size of its pages and an
+ *	  endpoint's share of one, and the laggards of the page in flight.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef OUTBOX_STREAM_H
+#define OUTBOX_STREAM_H
+
+#include "lib/ilist.h"
+#include "utils/timestamp.h"
+
+#include "delivery.h"
+
+/*
+ * Once at most a quarter of a page's parts are left, a part is a laggard
+ * sooner: after twice as long as the others took, this at least.  The relay
+ * looks at a page with parts in flight every half of it.
+ */
+#define LAGGARD_MIN_MS		200
+
+extern int	stream_followers(void);
+extern void stream_forget_followers(void);
+extern void stream_count_follower(RelayEndpoint *ep, int sign);
+extern int	stream_page_share(const RelayEndpoint *ep);
+extern int	stream_page_size(void);
+extern void stream_page_routed(const StreamPage *p, bool cut);
+extern int64 stream_cpu_us(void);
+extern void stream_size_pages(const StreamPage *p);
+extern void stream_detach_laggards(StreamPage *p, dlist_head *active, TimestampTz now);
+
+#endif							/* OUTBOX_STREAM_H */

@@ -33,13 +33,14 @@
 #define DETACH_AFTER_MS		1500
 /*
  * A page with at least HOLD_MIN_PARTS parts in flight, more than half of
- * its parts, while nothing at all was answered for LAGGARD_MIN_MS (and
- * it was read that long ago), is held: none of its parts is detached
- * until answers come back, or until nothing was answered for
- * DETACH_HOLD_MS.  Detaching a few parts costs little; the hold is for
- * many (stream_detach_laggards).
+ * its parts, while nothing at all was answered for HOLD_QUIET_MS (and it
+ * was read that long ago), is held: none of its parts is detached until
+ * answers come back, or until nothing was answered for DETACH_HOLD_MS.
+ * Detaching a few parts costs little; the hold is for many
+ * (stream_detach_laggards).
  */
 #define HOLD_MIN_PARTS		10
+#define HOLD_QUIET_MS		200
 #define DETACH_HOLD_MS		6000
 /*
  * No hold keeps a part with no answer for this long: holds that end and
@@ -259,9 +260,9 @@ stream_size_pages(const StreamPage *p)
  * of the rate without them, 0.89 to 0.90 after).  A quarter with once the
  * others' time had detached healthy endpoints answering in 200 to 400 ms
  * at the end of each page in bench case 11; and with the others quick,
- * the 200 ms floor would detach a few receivers far away (300 ms, say)
- * beside many near ones on every page, only for them to follow again
- * once caught up: their own answers' time keeps them.  Laggards stop
+ * the floor (LAGGARD_MIN_MS) would detach a few receivers far away
+ * (300 ms, say) beside many near ones on every page, only for them to
+ * follow again once caught up: their own answers' time keeps them.  Laggards stop
  * following (their parts become their own pages) and are lagged: one
  * request at a time until an answer (pump_endpoint_cap).  But when many
  * parts are in flight (HOLD_MIN_PARTS), most of the page's, and nothing
@@ -326,7 +327,7 @@ stream_detach_laggards(StreamPage *p, dlist_head *active, TimestampTz now)
 			slow = lappend(slow, b->ep);
 	}
 	if (waiting >= HOLD_MIN_PARTS && waiting * 2 > p->routed &&
-		TimestampDifferenceExceeds(quiet_since, now, LAGGARD_MIN_MS) &&
+		TimestampDifferenceExceeds(quiet_since, now, HOLD_QUIET_MS) &&
 		!TimestampDifferenceExceeds(quiet_since, now, DETACH_HOLD_MS))
 	{
 		/* Held while the silence lasts; parts late meanwhile make it count. */

@@ -430,8 +430,10 @@ for my $round (1 .. $rounds)
 SELECT count(*) >= $trigger FROM outbox.attempts a JOIN outbox.events e USING (event_id)
  WHERE a.status = 200 AND a.endpoint = 'n_crash' AND e.payload->>'r' = '$round'})
 	  or die "round $round: acknowledgements did not come";
-	kill 'KILL', $old_relay;
+	# All of the round's events are committed before the crash (its
+	# restart would cut the emitting session off otherwise).
 	$emit->finish or die "round $round: emitting failed: $e_err";
+	kill 'KILL', $old_relay;
 	relay_restarted($node, $old_relay)
 	  or die "round $round: relay not running after the crash";
 	ok($node->poll_query_until('postgres', q{

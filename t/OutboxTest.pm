@@ -114,13 +114,15 @@ sub _poll
 	my ($node, $query) = @_;
 	local %ENV = $node->_get_env();
 	my $deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
+	my ($out, $err);
 	while (time() < $deadline)
 	{
 		IPC::Run::run([ $node->installed_command('psql'), '-XAt', '-d', $node->connstr('postgres'), '-c', $query ],
-			'<', '/dev/null', '>', \my $out, '2>', \my $err);
+			'<', '/dev/null', '>', \$out, '2>', \$err);
 		return 1 if ($out // '') eq "t\n";
 		usleep(100_000);
 	}
+	diag("polling timed out: $query\nlast output: " . ($out // '') . "\nlast error: " . ($err // ''));
 	return 0;
 }
 
@@ -140,6 +142,8 @@ sub relay_restarted
 {
 	my $node = _node(\@_);
 	my ($old_pid) = @_;
+	die "relay_restarted: no relay pid given (got '" . ($old_pid // '') . "')"
+	  unless ($old_pid // '') =~ /^\d+$/;
 	return _poll($node, 'SELECT count(*) = 1 FROM pg_stat_activity WHERE '
 		  . _relay_of('postgres') . " AND pid <> $old_pid");
 }

@@ -162,8 +162,8 @@ credentials_set_authorization(const RelayEndpoint *ep)
 
 /*
  * Is the endpoint's OAuth2 token being fetched?  Its deliveries wait: for
- * the stream's laggard rule (stream.c, stream_detach_laggards) they count as in
- * flight.
+ * the stream's laggard rule (stream.c, stream_detach_laggards) they count
+ * as in flight.
  */
 bool
 credentials_fetching(const RelayEndpoint *ep)

@@ -203,7 +203,8 @@ typedef struct StreamPage
 	int			slow_answers;	/* of those, taking SLOW_ANSWER_MS or more */
 	int64		cpu_at_read;	/* the relay's CPU time then (stream_cpu_us) */
 	TimestampTz progress_at;	/* read, or a part finished, last */
-	bool		holding;		/* stream_detach_laggards holds it, with parts late */
+	bool		holding;		/* stream_detach_laggards holds it, with
+								 * parts late */
 	TimestampTz held_at;		/* a hold with parts late ended (0: never) */
 	bool		ahead_tried;	/* the page after it was read ahead (or
 								 * tried: read_ahead) */

@@ -153,7 +153,6 @@ static List *attached_now = NIL;
  */
 static TimestampTz polled_at = 0;
 
-
 /* The endpoints as loaded: the changes they include, when; or stale. */
 static uint64 endpoints_version = 0;
 static TimestampTz endpoints_loaded_at = 0;
@@ -448,7 +447,6 @@ link_same_key(Batch *b)
 	pfree(keyed);
 }
 
-
 /*
  * After a load of the endpoints: rebuild the routes, and who reads on its
  * own.  An endpoint that follows the stream but may not receive now (paused,
@@ -696,7 +694,6 @@ route_page(StreamPage *p)
 	}
 	list_free(parts);
 }
-
 
 /*
  * Has ep failed lately?  A failure that asks to try again (no answer in
@@ -1670,7 +1667,6 @@ want_more(void)
 	}
 	return false;
 }
-
 
 /* The step of rotate_round; as the relay starts, the version check too. */
 static StepResult

@@ -15,7 +15,10 @@
 
 extern PGDLLEXPORT void outbox_relay_main(Datum arg);
 
-/* Stop an endpoint following the stream (relay.c; pump.c holds endpoints). */
+/*
+ * Stop an endpoint following the stream (relay.c; pump.c holds endpoints,
+ * stream.c detaches laggards).
+ */
 extern void relay_detach(RelayEndpoint *ep);
 
 #endif							/* OUTBOX_RELAY_H */

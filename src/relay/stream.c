@@ -5,7 +5,8 @@
  *	  endpoints follow it, how many events a page of it holds and an
  *	  endpoint's share of one, and which parts of the page in flight hold
  *	  the other followers back (the laggards, which stop following).  The
- *	  relay (relay.c) reads, routes and records the pages.
+ *	  relay (relay.c) reads, routes and records the pages.  Called in the
+ *	  relay's process only; nothing here needs a transaction.
  *
  *-------------------------------------------------------------------------
  */

@@ -19,10 +19,11 @@
  * sooner: after twice as long as the others took, this at least.  The relay
  * looks at a page with parts in flight every half of it.  It was 200 ms:
  * in bench case 12 the first two pages, each with parts to endpoints that
- * never answer, then held the 900 others about 0.45 s in all, a sixth of
- * their run; an endpoint that answers but takes longer than this is
- * detached once at most (until its first answer, whose time then keeps
- * it), while every follower waits for each page held.
+ * never answer, then held the 900 others back about 0.45 s in all, a
+ * sixth of their run.  An endpoint that answers, but later than this, is
+ * detached before its first answer; its answers' time then keeps it while
+ * they stay about as long (it is the last one's, and starts at 0 in each
+ * relay).  Every follower waits for each page held back.
  */
 #define LAGGARD_MIN_MS		100
 

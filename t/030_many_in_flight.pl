@@ -8,6 +8,8 @@
 # Part 2, on a new node: 10 endpoints whose receiver answers after 500 ms,
 # 300 events each, interleaved: each gets up to its cap in flight (counted
 # at the receiver), and never more.
+# Part 3: under a hard limit on open files too low for the slots, a relay
+# keeps fewer in flight (room for twice as many sockets), and says so.
 use strict;
 use warnings;
 use FindBin;
@@ -90,5 +92,29 @@ is("@over", '', 'no endpoint had more than its cap (endpoint_concurrency 32) in 
 my @below = grep { $peak{$_} < 24 } sort keys %peak;
 note('requests in flight at most, per endpoint: ' . join(' ', map { "$_=$peak{$_}" } sort keys %peak));
 is("@below", '', 'every slow endpoint had nearly its cap in flight at some point');
+
+############################################################################
+# Part 3: a hard limit on open files below what the slots need
+############################################################################
+
+# A request in flight has a socket, and each way requests go (libcurl for
+# https, the relay's own HTTP/1.1 for plain http) keeps up to
+# max_concurrency connections, in use and idle together: with both kinds
+# of endpoints busy, twice the slots in sockets, and 64 more.  With the
+# postmaster's limits on open files lowered to a soft 1,024 and a hard
+# 1,624, a relay started then has room for (1,624 - 1,024 - 64) / 2 = 268
+# requests in flight, not the default 2,048, and says so (536 when only
+# one way's connections were counted).
+my ($pm_pid) = split /\n/, slurp_file($node->data_dir . '/postmaster.pid');
+system('prlimit', "--pid=$pm_pid", '--nofile=1024:1624') == 0
+  or die "prlimit could not lower the postmaster's limits on open files";
+my $old_relay = relay_pid();
+my $from = -s $node->logfile;
+sql("SELECT pg_terminate_backend($old_relay)");
+ok(relay_restarted($node, $old_relay), 'a relay started under the lower limits');
+ok(log_wait(qr/outbox keeps at most 268 requests in flight, not outbox\.max_concurrency = 2048/, $from),
+	'it keeps room for both ways connections are kept');
+my @late = split /\n/, sql(q{SELECT outbox.emit('slow.1', '{"after": "limits"}')});
+ok(wait_received($log, got_all('/slow1', @late)), 'and delivers');
 
 done_testing();

@@ -798,15 +798,19 @@ http_start(int max_total)
 #define SOCKET_FLOOR		64
 
 /*
- * Make room for `wanted` requests in flight, each with a socket of its own:
- * raise this process's soft limit on open files by that many (and a
+ * Make room for `wanted` requests in flight.  Each has a socket of its own,
+ * and each way requests go keeps up to `wanted` connections, in use and
+ * idle together: libcurl's cache for https (CURLMOPT_MAXCONNECTS, as
+ * pool_limits sets it) and http1.c's for plain http (http1_retire).  With
+ * endpoints of both kinds busy that is up to twice `wanted` sockets, so
+ * raise this process's soft limit on open files by twice that many (and a
  * margin) above the limit it started with, which is what PostgreSQL budgets
  * its own files against (max_files_per_process, fd.c).  A server started
  * with a soft limit of 1,024 would otherwise fail every request past about
  * a thousand with "Couldn't connect" (EMFILE): 5,000 slots delivered less
  * than 1,000 did (DESIGN.md, The relay loop).  Returns how many requests
- * fit: wanted, or what the hard limit leaves (at least SOCKET_FLOOR), said
- * once in a WARNING.
+ * fit: wanted, or half of what the hard limit leaves (at least
+ * SOCKET_FLOOR), said once in a WARNING (t/030, part 3).
  */
 int
 http_socket_room(int wanted)
@@ -823,7 +827,7 @@ http_socket_room(int wanted)
 		started_with = rl.rlim_cur;
 	if (started_with == RLIM_INFINITY)
 		return wanted;
-	need = started_with + (rlim_t) wanted + SOCKET_MARGIN;
+	need = started_with + 2 * (rlim_t) wanted + SOCKET_MARGIN;
 	if (rl.rlim_cur < need)
 	{
 		rl.rlim_cur = rl.rlim_max == RLIM_INFINITY ? need : Min(need, rl.rlim_max);
@@ -833,7 +837,7 @@ http_socket_room(int wanted)
 	if (rl.rlim_cur >= need)
 		return wanted;
 	room = rl.rlim_cur > started_with + SOCKET_MARGIN ?
-		(int) (rl.rlim_cur - started_with - SOCKET_MARGIN) : 0;
+		(int) ((rl.rlim_cur - started_with - SOCKET_MARGIN) / 2) : 0;
 	room = Min(wanted, Max(room, SOCKET_FLOOR));
 	if (warned_for != wanted)
 	{

@@ -74,8 +74,11 @@ ONE_ROUNDS=${ONE_ROUNDS:-3}                 # case 8: rounds of the relay and of
 MANY_ENDPOINTS=${MANY_ENDPOINTS:-1000}      # cases 9, 12
 MANY_ENDPOINTS_LARGE=${MANY_ENDPOINTS_LARGE:-10000}  # cases 9, 10
 BUSY_ENDPOINTS=${BUSY_ENDPOINTS:-10}        # case 10: those of the large set that get events
-MANY_ROUNDS=${MANY_ROUNDS:-3}               # cases 9, 10: rounds (the medians count)
-HANG_ROUNDS=${HANG_ROUNDS:-5}               # case 12: rounds (the medians count)
+# Cases 9, 10 and 12: rounds (the medians count).  Five: their runs take
+# 2 to 4 s, and single runs of one kind ranged from 2.2 to 3.8 s within one
+# bench run (case 12 at fa818ed), case 10 gave 0.82 and 1.15 in two runs
+# minutes apart.
+MANY_ROUNDS=${MANY_ROUNDS:-5}
 VIEW_EVENTS=${VIEW_EVENTS:-10000}          # case views: events waiting for the busy endpoints
 SLOW_DELAY_MS=${SLOW_DELAY_MS:-200}         # case 11: the receiver's delay
 SLOW_ENDPOINTS=${SLOW_ENDPOINTS:-200}
@@ -1119,10 +1122,8 @@ case_slow_receiver()
 # Case 12: MANY_ENDPOINTS endpoints with their own event types, of which
 # HANGING_ENDPOINTS post to a receiver that never answers (HANG_TIMEOUT).
 # The same events are emitted in both runs; one has only the healthy
-# endpoints, the other all of them.  HANG_ROUNDS rounds in turn, which
-# goes first alternating from round to round (the medians count): five,
-# since a run of the 900 takes about 3 s and single runs of either kind
-# ranged from 2.2 to 3.8 s within one bench run.
+# endpoints, the other all of them.  MANY_ROUNDS rounds in turn, which
+# goes first alternating from round to round (the medians count).
 case_hanging_endpoints()
 {
 	local n=$MANY_ENDPOINTS bad=$HANGING_ENDPOINTS ok per label round
@@ -1131,8 +1132,8 @@ case_hanging_endpoints()
 	ok=$((n - bad))
 	per=$((MANY_EVENTS / n))
 	log "case 12: $ok endpoints answering at once, $per events each, alone and beside $bad never" \
-		"answering (timeout $HANG_TIMEOUT); $HANG_ROUNDS rounds in turn (the medians count)"
-	for round in $(seq "$HANG_ROUNDS"); do
+		"answering (timeout $HANG_TIMEOUT); $MANY_ROUNDS rounds in turn (the medians count)"
+	for round in $(seq "$MANY_ROUNDS"); do
 		for label in $(in_turn "$round" hang_alone hang_beside); do
 			log "case 12, round $round: ${label#hang_}"
 			fresh_outbox

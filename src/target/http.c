@@ -748,13 +748,16 @@ connect_policy_changed(const ConnectPolicy *a, const ConnectPolicy *b)
 /*
  * After a reload: apply the connection limits, and when the address policy
  * or the CA file changed, stop using every connection made so far (see the
- * pools above).  Requests in flight finish where they are.
+ * pools above).  Requests in flight finish where they are.  The connections
+ * kept are sized by what the open files limit leaves room for
+ * (http_socket_room), as the relay's slots are.
  */
 void
 http_configure(int max_total)
 {
 	ConnectPolicy now;
 
+	max_total = http_socket_room(max_total);
 	connect_policy_now(&now);
 	if (connect_policy_changed(&now, &connect_policy))
 	{
@@ -773,7 +776,6 @@ http_configure(int max_total)
 				 errdetail("%d requests in flight finish on their connections first.",
 						   unfinished)));
 	}
-	(void) http_socket_room(max_total);
 	pool_limits(current, max_total);
 	http1_retire(current->generation, max_total);
 }
@@ -784,7 +786,7 @@ http_start(int max_total)
 	if (curl_global_init(CURL_GLOBAL_ALL) != CURLE_OK)
 		elog(ERROR, "could not initialize libcurl");
 	connect_policy_now(&connect_policy);
-	(void) http_socket_room(max_total);
+	max_total = http_socket_room(max_total);
 	current = pool_create(max_total);
 	http1_retire(current->generation, max_total);
 }

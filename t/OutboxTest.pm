@@ -122,7 +122,7 @@ sub _poll
 		return 1 if ($out // '') eq "t\n";
 		usleep(100_000);
 	}
-	diag("polling timed out: $query\nlast output: " . ($out // '') . "\nlast error: " . ($err // ''));
+	Test::More::diag("polling timed out: $query\nlast output: " . ($out // '') . "\nlast error: " . ($err // ''));
 	return 0;
 }
 

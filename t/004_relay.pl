@@ -384,9 +384,7 @@ ok(wait_received($log, got_all('/new', $m2)), 'moving: event after alter_endpoin
 ########################################################################
 
 $node->safe_psql('postgres', "SELECT pg_terminate_backend($pid)");
-ok( $node->poll_query_until('postgres', qq{
-SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'outbox relay' AND pid <> $pid}),
-	'relay restarted by the launcher after SIGTERM');
+ok(relay_restarted($node, $pid), 'relay restarted by the launcher after SIGTERM');
 my $new_pid = relay_pid();
 isnt($new_pid, $pid, 'a new relay process');
 my @after_restart = split /\n/, $node->safe_psql('postgres',

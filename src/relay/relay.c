@@ -555,6 +555,10 @@ route_page(StreamPage *p)
 	List	   *parts = NIL;
 	ListCell   *lc;
 	RelayEndpoint **eps;
+	RelayEndpoint **matched;	/* each event's endpoints, one after another */
+	int		   *first_match;	/* where event i's are in matched */
+	int			nmatched = 0;
+	int			room = 2 * p->n;
 	int			nchecks = 0;
 	int		   *check_eids;
 	const pg_uuid_t **check_events;
@@ -572,8 +576,11 @@ route_page(StreamPage *p)
 	 * stream than it would read on its own (an endpoint failing without
 	 * pause, say, gets that many before it only gets probes); the rest is
 	 * read again with the next page, and the pages after it are read no
-	 * longer than this one (stream_cut).
+	 * longer than this one (stream_cut).  Each event is looked up once:
+	 * what matched is kept for the second pass.
 	 */
+	matched = palloc(sizeof(RelayEndpoint *) * Max(room, 1));
+	first_match = palloc(sizeof(int) * (p->n + 1));
 	for (int i = 0; i < p->n; i++)
 	{
 		int			n = route_match(p->ev[i].type, &eps);
@@ -587,6 +594,14 @@ route_page(StreamPage *p)
 			cut = true;
 			break;
 		}
+		if (nmatched + n > room)
+		{
+			room = Max(2 * room, nmatched + n);
+			matched = repalloc(matched, sizeof(RelayEndpoint *) * room);
+		}
+		first_match[i] = nmatched;
+		memcpy(matched + nmatched, eps, sizeof(RelayEndpoint *) * n);
+		nmatched += n;
 		for (int j = 0; j < n; j++)
 		{
 			RelayEndpoint *ep = eps[j];
@@ -609,6 +624,7 @@ route_page(StreamPage *p)
 				parts = lappend(parts, ep);
 		}
 	}
+	first_match[p->n] = nmatched;
 	stream_page_routed(p, cut);
 	foreach(lc, parts)
 	{
@@ -637,11 +653,10 @@ route_page(StreamPage *p)
 	for (int i = 0; i < p->n; i++)
 	{
 		StreamEvent *e = &p->ev[i];
-		int			n = route_match(e->type, &eps);
 
-		for (int j = 0; j < n; j++)
+		for (int j = first_match[i]; j < first_match[i + 1]; j++)
 		{
-			Batch	   *b = eps[j]->part;
+			Batch	   *b = matched[j]->part;
 			Delivery   *d;
 
 			if (b == NULL)

@@ -800,18 +800,28 @@ http_start(int max_total)
 #define SOCKET_FLOOR		64
 
 /*
- * Make room for `wanted` requests in flight.  Each has a socket of its own,
- * and each way requests go keeps up to `wanted` connections, in use and
- * idle together: libcurl's cache for https (CURLMOPT_MAXCONNECTS, as
- * pool_limits sets it) and http1.c's for plain http (http1_retire).  With
- * endpoints of both kinds busy that is up to twice `wanted` sockets, so
- * raise this process's soft limit on open files by twice that many (and a
- * margin) above the limit it started with, which is what PostgreSQL budgets
- * its own files against (max_files_per_process, fd.c).  A server started
- * with a soft limit of 1,024 would otherwise fail every request past about
- * a thousand with "Couldn't connect" (EMFILE): 5,000 slots delivered less
- * than 1,000 did (DESIGN.md, The relay loop).  Returns how many requests
- * fit: wanted, or half of what the hard limit leaves (at least
+ * Sockets a slot may need at worst: its request's own, and one idle in
+ * each of the two connection caches.  libcurl's (https) keeps up to
+ * `wanted` connections, in use and idle together (CURLMOPT_MAXCONNECTS, as
+ * pool_limits sets it), and so does http1.c's (plain http, http1_retire);
+ * each closes its idle connections beyond that only when a request
+ * completes, and one's idle connections do not make room for the other's
+ * new ones.  So `wanted` idle in each plus `wanted` in use: requests that
+ * move from plain http endpoints to https ones on other hosts (or back)
+ * reach it.
+ */
+#define SOCKETS_PER_SLOT	3
+
+/*
+ * Make room for `wanted` requests in flight and the connections kept
+ * beside them: raise this process's soft limit on open files by
+ * SOCKETS_PER_SLOT times that many (and a margin) above the limit it
+ * started with, which is what PostgreSQL budgets its own files against
+ * (max_files_per_process, fd.c).  A server started with a soft limit of
+ * 1,024 would otherwise fail every request past about a thousand with
+ * "Couldn't connect" (EMFILE): 5,000 slots delivered less than 1,000 did
+ * (DESIGN.md, The relay loop).  Returns how many requests fit: wanted, or
+ * a SOCKETS_PER_SLOT-th of what the hard limit leaves (at least
  * SOCKET_FLOOR), said once in a WARNING (t/030, part 3).
  */
 int
@@ -829,7 +839,7 @@ http_socket_room(int wanted)
 		started_with = rl.rlim_cur;
 	if (started_with == RLIM_INFINITY)
 		return wanted;
-	need = started_with + 2 * (rlim_t) wanted + SOCKET_MARGIN;
+	need = started_with + SOCKETS_PER_SLOT * (rlim_t) wanted + SOCKET_MARGIN;
 	if (rl.rlim_cur < need)
 	{
 		rl.rlim_cur = rl.rlim_max == RLIM_INFINITY ? need : Min(need, rl.rlim_max);
@@ -839,7 +849,7 @@ http_socket_room(int wanted)
 	if (rl.rlim_cur >= need)
 		return wanted;
 	room = rl.rlim_cur > started_with + SOCKET_MARGIN ?
-		(int) ((rl.rlim_cur - started_with - SOCKET_MARGIN) / 2) : 0;
+		(int) ((rl.rlim_cur - started_with - SOCKET_MARGIN) / SOCKETS_PER_SLOT) : 0;
 	room = Min(wanted, Max(room, SOCKET_FLOOR));
 	if (warned_for != wanted)
 	{

@@ -555,10 +555,10 @@ route_page(StreamPage *p)
 	List	   *parts = NIL;
 	ListCell   *lc;
 	RelayEndpoint **eps;
-	RelayEndpoint **matched;	/* each event's endpoints, one after another */
-	int		   *first_match;	/* where event i's are in matched */
-	int			nmatched = 0;
-	int			room = 2 * p->n;
+	RelayEndpoint **routed;		/* each event's receivers, one after another */
+	int		   *first_routed;	/* where event i's are in routed */
+	int			nrouted = 0;
+	int			room = Max(p->n, 1);
 	int			nchecks = 0;
 	int		   *check_eids;
 	const pg_uuid_t **check_events;
@@ -577,10 +577,11 @@ route_page(StreamPage *p)
 	 * pause, say, gets that many before it only gets probes); the rest is
 	 * read again with the next page, and the pages after it are read no
 	 * longer than this one (stream_cut).  Each event is looked up once:
-	 * what matched is kept for the second pass.
+	 * the endpoints it goes to are kept for the second pass (one entry a
+	 * delivery).
 	 */
-	matched = palloc(sizeof(RelayEndpoint *) * Max(room, 1));
-	first_match = palloc(sizeof(int) * (p->n + 1));
+	routed = palloc(sizeof(RelayEndpoint *) * room);
+	first_routed = palloc(sizeof(int) * (p->n + 1));
 	for (int i = 0; i < p->n; i++)
 	{
 		int			n = route_match(p->ev[i].type, &eps);
@@ -594,14 +595,7 @@ route_page(StreamPage *p)
 			cut = true;
 			break;
 		}
-		if (nmatched + n > room)
-		{
-			room = Max(2 * room, nmatched + n);
-			matched = repalloc(matched, sizeof(RelayEndpoint *) * room);
-		}
-		first_match[i] = nmatched;
-		memcpy(matched + nmatched, eps, sizeof(RelayEndpoint *) * n);
-		nmatched += n;
+		first_routed[i] = nrouted;
 		for (int j = 0; j < n; j++)
 		{
 			RelayEndpoint *ep = eps[j];
@@ -622,9 +616,15 @@ route_page(StreamPage *p)
 			}
 			if (ep->routed++ == 0)
 				parts = lappend(parts, ep);
+			if (nrouted == room)
+			{
+				room *= 2;
+				routed = repalloc(routed, sizeof(RelayEndpoint *) * room);
+			}
+			routed[nrouted++] = ep;
 		}
 	}
-	first_match[p->n] = nmatched;
+	first_routed[p->n] = nrouted;
 	stream_page_routed(p, cut);
 	foreach(lc, parts)
 	{
@@ -654,14 +654,15 @@ route_page(StreamPage *p)
 	{
 		StreamEvent *e = &p->ev[i];
 
-		for (int j = first_match[i]; j < first_match[i + 1]; j++)
+		for (int j = first_routed[i]; j < first_routed[i + 1]; j++)
 		{
-			Batch	   *b = matched[j]->part;
+			Batch	   *b = routed[j]->part;
 			Delivery   *d;
 
-			if (b == NULL)
-				continue;
+			/* (an endpoint routed an event is never detached later in the page) */
+			Assert(b != NULL);
 			d = &b->d[b->n++];
+
 			delivery_of_event(d, b, e);
 			d->body = stream_body(p, e, b->ep->format);
 			verify_some |= b->ep->verify_page;

@@ -24,6 +24,7 @@
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "pgstat.h"
+#include "storage/fd.h"
 #include "storage/latch.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
@@ -792,37 +793,40 @@ http_start(int max_total)
 }
 
 /*
- * Sockets besides the requests' own: the epoll set, sockets being closed,
- * and the threaded resolver's.
+ * Descriptors beyond the connections SOCKETS_PER_SLOT counts: the epoll
+ * set, sockets being closed, the threaded resolver's, a retiring pool's.
  */
 #define SOCKET_MARGIN		64
 /* What the relay always had room for beside PostgreSQL's own files. */
 #define SOCKET_FLOOR		64
 
 /*
- * Sockets a slot may need at worst: its request's own, and one idle in
+ * Connections a slot may need kept open: its request's own, and one idle in
  * each of the two connection caches.  libcurl's (https) keeps up to
  * `wanted` connections, in use and idle together (CURLMOPT_MAXCONNECTS, as
- * pool_limits sets it), and so does http1.c's (plain http, http1_retire);
- * each closes its idle connections beyond that only when a request
- * completes, and one's idle connections do not make room for the other's
- * new ones.  So `wanted` idle in each plus `wanted` in use: requests that
- * move from plain http endpoints to https ones on other hosts (or back)
- * reach it.
+ * pool_limits sets it), and so does http1.c's (plain http, http1_retire).
+ * Each closes its idle connections beyond that only when a request
+ * completes, never before it opens one, so with `wanted` idle in each,
+ * `wanted` requests to hosts neither has a connection to open `wanted`
+ * more.  Outside this count (SOCKET_MARGIN, and bursts beyond it): the
+ * threaded resolver's two descriptors per lookup, a second socket while a
+ * host with IPv4 and IPv6 addresses is connected to, a retiring pool's
+ * connections until its last request ends, OAuth2 token fetches.
  */
 #define SOCKETS_PER_SLOT	3
 
 /*
  * Make room for `wanted` requests in flight and the connections kept
  * beside them: raise this process's soft limit on open files by
- * SOCKETS_PER_SLOT times that many (and a margin) above the limit it
- * started with, which is what PostgreSQL budgets its own files against
- * (max_files_per_process, fd.c).  A server started with a soft limit of
- * 1,024 would otherwise fail every request past about a thousand with
- * "Couldn't connect" (EMFILE): 5,000 slots delivered less than 1,000 did
- * (DESIGN.md, The relay loop).  Returns how many requests fit: wanted, or
- * a SOCKETS_PER_SLOT-th of what the hard limit leaves (at least
- * SOCKET_FLOOR), said once in a WARNING (t/030, part 3).
+ * SOCKETS_PER_SLOT times that many (and a margin) above what PostgreSQL
+ * budgets for its own files: the soft limit the process started with, or
+ * max_files_per_process if lower (fd.c, set_max_safe_fds).  A server
+ * started with a soft limit of 1,024 would otherwise fail every request
+ * past about a thousand with "Couldn't connect" (EMFILE): 5,000 slots
+ * delivered less than 1,000 did (DESIGN.md, The relay loop).  Returns how
+ * many requests fit: wanted, or a third (SOCKETS_PER_SLOT) of what the hard
+ * limit leaves (at least SOCKET_FLOOR), said once in a WARNING (t/030, part
+ * 3).
  */
 int
 http_socket_room(int wanted)
@@ -830,6 +834,7 @@ http_socket_room(int wanted)
 	static rlim_t started_with = 0;
 	static int	warned_for = 0;
 	struct rlimit rl;
+	rlim_t		postgres_files;
 	rlim_t		need;
 	int			room;
 
@@ -839,7 +844,13 @@ http_socket_room(int wanted)
 		started_with = rl.rlim_cur;
 	if (started_with == RLIM_INFINITY)
 		return wanted;
-	need = started_with + SOCKETS_PER_SLOT * (rlim_t) wanted + SOCKET_MARGIN;
+	/*
+	 * A server whose soft limit equals its hard one (LimitNOFILE=65536 in a
+	 * systemd unit, say) had no room at all when the whole soft limit was
+	 * taken for PostgreSQL's: it kept SOCKET_FLOOR requests in flight.
+	 */
+	postgres_files = Min(started_with, (rlim_t) max_files_per_process);
+	need = postgres_files + SOCKETS_PER_SLOT * (rlim_t) wanted + SOCKET_MARGIN;
 	if (rl.rlim_cur < need)
 	{
 		rl.rlim_cur = rl.rlim_max == RLIM_INFINITY ? need : Min(need, rl.rlim_max);
@@ -848,8 +859,8 @@ http_socket_room(int wanted)
 	}
 	if (rl.rlim_cur >= need)
 		return wanted;
-	room = rl.rlim_cur > started_with + SOCKET_MARGIN ?
-		(int) ((rl.rlim_cur - started_with - SOCKET_MARGIN) / SOCKETS_PER_SLOT) : 0;
+	room = rl.rlim_cur > postgres_files + SOCKET_MARGIN ?
+		(int) ((rl.rlim_cur - postgres_files - SOCKET_MARGIN) / SOCKETS_PER_SLOT) : 0;
 	room = Min(wanted, Max(room, SOCKET_FLOOR));
 	if (warned_for != wanted)
 	{
@@ -858,7 +869,7 @@ http_socket_room(int wanted)
 				(errmsg("outbox keeps at most %d requests in flight, not outbox.max_concurrency = %d",
 						room, wanted),
 				 errdetail("The hard limit on open files is %lu; PostgreSQL itself budgets for %lu of them.",
-						   (unsigned long) rl.rlim_max, (unsigned long) started_with),
+						   (unsigned long) rl.rlim_max, (unsigned long) postgres_files),
 				 errhint("Raise the server's hard limit on open files (ulimit -Hn, or LimitNOFILE in its systemd unit).")));
 	}
 	return room;

@@ -662,7 +662,6 @@ route_page(StreamPage *p)
 			/* (an endpoint routed an event is never detached later in the page) */
 			Assert(b != NULL);
 			d = &b->d[b->n++];
-
 			delivery_of_event(d, b, e);
 			d->body = stream_body(p, e, b->ep->format);
 			verify_some |= b->ep->verify_page;

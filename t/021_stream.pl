@@ -22,6 +22,9 @@
 # Part 7: a page of one silent part is detached as before, not held.
 # Part 8: a silent part beside parts answered once a second is detached
 # after 7.5 s, however often their answers end the page's hold.
+# Part 9: a silent part beside four quick ones is detached when its wait
+# runs out (1.2 s, twice its endpoint's last answer), though nothing
+# else wakes the relay then (a poll interval of 60 s).
 use strict;
 use warnings;
 use FindBin;
@@ -400,5 +403,43 @@ sql("SELECT outbox.resume_endpoint('all')");
 
 my $errors = () = slurp_file($node->logfile) =~ /outbox relay.*\bERROR:|\[\d+\] ERROR:.*outbox/g;
 is($errors, 0, 'the relay logged no error');
+
+############################################################################
+# Part 9: the relay looks at a page when a part's wait runs out
+############################################################################
+
+# In a server of its own, with nothing else in flight: by now the first
+# server's relay has sockets that wake it about once a second, which would
+# hide a look missed.  Four quick parts and a silent one in one page.  The silent part's
+# endpoint took 0.6 s to answer its last event, so its wait is twice
+# that, 1.2 s, counted from when its request went; the relay wakes for it
+# when that runs out, whatever else wakes it meanwhile.  With a poll
+# interval of a minute and nothing emitted, a relay that looked only when
+# woken (the answers of the four, a connection closed) would keep the
+# page, and the other four, until the poll.
+$node->stop;
+$node = outbox_node('quiet', conf => "outbox.poll_interval = '60s'\n");
+sql(qq{
+SELECT count(outbox.create_endpoint('q' || n, '$url/q' || n, '{q9}')) FROM generate_series(1, 4) n;
+SELECT outbox.create_endpoint('hush', '$url/hush', '{hush}', timeout => '1 minute');
+});
+ok(follows_again($_), "$_ follows the stream") for ((map { "q$_" } 1 .. 4), 'hush');
+my @slowly = split /\n/, sql(q{SELECT outbox.emit('hush', '{}', headers => '{"x-test-delay": "0.6"}')});
+ok(wait_received($log, got_all('/hush', @slowly)), 'hush answered an event in 0.6 s');
+ok(follows_again('hush'), 'hush follows the stream');
+my $release9 = PostgreSQL::Test::Utils::tempdir() . '/release9';
+my @page9 = split /\n/, sql(qq{
+SELECT outbox.emit(type, '{}', headers => headers)
+  FROM (VALUES ('q9', '{}'::jsonb), ('hush', '{"x-test-hold": "$release9"}')) v(type, headers)});
+$t0 = time();
+ok(stops_following('hush'), 'the silent part stopped following the stream');
+$took = time() - $t0;
+ok($took < 4, sprintf('after about 1.2 s, not at the next poll (%.1f s)', $took));
+ok(wait_received($log, sub { my @r = @_; !grep { !got_all("/q$_", $page9[0])->(@r) } 1 .. 4 }),
+	'the four quick endpoints got their event');
+PostgreSQL::Test::Utils::append_to_file($release9, '');
+ok(wait_received($log, got_all('/hush', $page9[1])), 'once released, hush got its event');
+$errors = () = slurp_file($node->logfile) =~ /outbox relay.*\bERROR:|\[\d+\] ERROR:.*outbox/g;
+is($errors, 0, 'nor did the quiet one');
 
 done_testing();

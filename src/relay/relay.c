@@ -1871,9 +1871,10 @@ outbox_relay_main(Datum arg)
 		/* Sleep on the latch, the targets' sockets and the poll timer at once. */
 		until_poll = outbox_poll_interval -
 			TimestampDifferenceMilliseconds(last_read, GetCurrentTimestamp());
-		/* A page with parts in flight is looked at for laggards meanwhile. */
-		if (stream_page != NULL && stream_page->parts > 0 && stream_followers() > 1)
-			until_poll = Min(until_poll, LAGGARD_MIN_MS / 2);
+		/* A page with parts in flight is looked at for laggards in time. */
+		until_release = stream_ms_to_look(GetCurrentTimestamp());
+		if (until_release >= 0)
+			until_poll = Min(until_poll, until_release);
 		/* Finished deliveries that wait for their record are recorded in time. */
 		if (record_wait_ms >= 0)
 			until_poll = Min(until_poll, record_wait_ms);

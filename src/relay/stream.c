@@ -51,6 +51,14 @@
 #define OVERDUE_MS			(DETACH_AFTER_MS + DETACH_HOLD_MS)
 
 /*
+ * When stream_detach_laggards should look at the page again if no answer
+ * comes first (an answer wakes the relay anyway): the first moment at which
+ * a part's wait runs out, a silence starts or ends a hold, or a part becomes
+ * overdue.  0: no look is due.
+ */
+static TimestampTz look_at = 0;
+
+/*
  * How many active endpoints follow the stream; of those, endpoints of a
  * broker, and their stream_page_share()s.
  */
@@ -230,6 +238,14 @@ stream_size_pages(const StreamPage *p)
 	stream_size = size;
 }
 
+/* Make look_at t if t is after now and sooner than look_at. */
+static void
+look_sooner(TimestampTz t, TimestampTz now)
+{
+	if (t > now && (look_at == 0 || t < look_at))
+		look_at = t;
+}
+
 /*
  * Endpoints whose parts of the stream's page are still in flight hold back
  * every other endpoint that follows the stream.  A part is a laggard when
@@ -300,6 +316,7 @@ stream_detach_laggards(StreamPage *p, dlist_head *active, TimestampTz now)
 	int			waiting = 0;
 	bool		held = false;
 
+	look_at = 0;
 	if (p == NULL || p->parts == 0 || followers <= 1 || now == 0)
 		return;
 	quiet_since = Max(pump_last_answer_at(), p->read_at);
@@ -311,9 +328,14 @@ stream_detach_laggards(StreamPage *p, dlist_head *active, TimestampTz now)
 		Batch	   *b = dlist_container(Batch, node, iter.cur);
 		long		own;
 
-		if (b->stream != p || b->pending == 0 ||
-			(b->ep->in_flight == 0 && !credentials_fetching(b->ep)))
+		if (b->stream != p || b->pending == 0)
 			continue;
+		if (b->ep->in_flight == 0 && !credentials_fetching(b->ep))
+		{
+			/* Sent, perhaps, before the next look: its wait starts then. */
+			look_sooner(TimestampTzPlusMilliseconds(now, LAGGARD_MIN_MS / 2), now);
+			continue;
+		}
 		waiting++;
 		/*
 		 * A receiver known to take its time gets twice its last answer's
@@ -326,6 +348,14 @@ stream_detach_laggards(StreamPage *p, dlist_head *active, TimestampTz now)
 			overdue = lappend(overdue, b->ep);
 		else if (TimestampDifferenceExceeds(Max(b->answered_at, p->held_at), now, own))
 			slow = lappend(slow, b->ep);
+		else
+			look_sooner(TimestampTzPlusMilliseconds(Max(b->answered_at, p->held_at), own), now);
+		look_sooner(TimestampTzPlusMilliseconds(b->answered_at, OVERDUE_MS), now);
+	}
+	if (waiting >= HOLD_MIN_PARTS)
+	{
+		look_sooner(TimestampTzPlusMilliseconds(quiet_since, HOLD_QUIET_MS), now);
+		look_sooner(TimestampTzPlusMilliseconds(quiet_since, DETACH_HOLD_MS), now);
 	}
 	if (waiting >= HOLD_MIN_PARTS && waiting * 2 > p->routed &&
 		TimestampDifferenceExceeds(quiet_since, now, HOLD_QUIET_MS) &&
@@ -341,6 +371,8 @@ stream_detach_laggards(StreamPage *p, dlist_head *active, TimestampTz now)
 		p->holding = false;
 		p->held_at = now;
 		held = true;
+		/* (no wait is shorter than the floor; the look then finds them all) */
+		look_sooner(TimestampTzPlusMilliseconds(now, LAGGARD_MIN_MS), now);
 	}
 	else
 		p->holding = false;
@@ -358,4 +390,20 @@ stream_detach_laggards(StreamPage *p, dlist_head *active, TimestampTz now)
 	}
 	list_free(slow);
 	list_free(leaving);
+}
+
+/*
+ * Milliseconds from now until stream_detach_laggards should look at the
+ * stream's page again, if no answer wakes the relay before; -1 if no look is
+ * due.  The relay sleeps no longer.
+ */
+long
+stream_ms_to_look(TimestampTz now)
+{
+	if (look_at == 0)
+		return -1;
+	if (look_at <= now)
+		return 0;
+	/* Rounded up: waking a moment early would find nothing to do. */
+	return (long) ((look_at - now + 999) / 1000);
 }

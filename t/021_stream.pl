@@ -408,9 +408,9 @@ is($errors, 0, 'the relay logged no error');
 # Part 9: the relay looks at a page when a part's wait runs out
 ############################################################################
 
-# In a server of its own, with nothing else in flight: by now the first
-# server's relay has sockets that wake it about once a second, which would
-# hide a look missed.  Four quick parts and a silent one in one page.  The silent part's
+# In a server of its own, with nothing else in flight: in the first one,
+# "all" is still catching up with part 8's events, thirty-odd answered
+# each second, and those answers would wake the relay in time anyway.  Four quick parts and a silent one in one page.  The silent part's
 # endpoint took 0.6 s to answer its last event, so its wait is twice
 # that, 1.2 s, counted from when its request went; the relay wakes for it
 # when that runs out, whatever else wakes it meanwhile.  With a poll

@@ -292,6 +292,11 @@ def build_rows_issue11(r, row):
             f"to the {bad}", f"alone {rate_and_cpu(r, 'hang_alone')}",
             fmt(ratio(beside, alone)), "≥ 0.90", ratio(beside, alone) >= 0.90)
         each_round(r, row, "12", "hang_beside", "hang_alone")
+        if "hang_beside.later_rate_median" in r:
+            later, later_alone = num(r, "hang_beside.later_rate_median"), num(r, "hang_alone.later_rate_median")
+            row("12 after the first second of each run (the start, when the relay finds the "
+                f"{bad}, left out; medians; not a target)", f"{fmt(later)}/s",
+                f"alone {fmt(later_alone)}/s", fmt(ratio(later, later_alone)), "", None)
 
     # expiry: expiry and priority in use against off (issue 14, items 2 and 3)
     if "ctl_on.rate" in r:

@@ -1119,6 +1119,21 @@ case_slow_receiver()
 	log "  wrk, 1 thread, 2,000 connections to the same receiver: $(figure slow_wrk.rate) requests/s"
 }
 
+# later_rate PREFIX: the rate of successful attempts to the endpoints
+# PREFIX* after the first second of the run (from the first one recorded
+# on), over the time to the last one recorded: what the run gives once
+# its start is over.  The attempt log's times are those of the records'
+# transactions, about 10 ms apart.
+later_rate()
+{
+	sql "WITH ok AS (SELECT a.at FROM outbox.attempt_log a JOIN outbox.endpoints e ON e.id = a.endpoint_id
+	                  WHERE starts_with(e.name, '$1') AND a.status BETWEEN 200 AND 299),
+	          s AS (SELECT min(at) AS t0, max(at) AS t1 FROM ok)
+	     SELECT round(((SELECT count(*) FROM ok WHERE ok.at >= s.t0 + interval '1 second')
+	                   / greatest(extract(epoch FROM s.t1 - s.t0) - 1, 0.001))::numeric, 1)
+	       FROM s"
+}
+
 # Case 12: MANY_ENDPOINTS endpoints with their own event types, of which
 # HANGING_ENDPOINTS post to a receiver that never answers (HANG_TIMEOUT).
 # The same events are emitted in both runs; one has only the healthy
@@ -1142,6 +1157,7 @@ case_hanging_endpoints()
 				following_endpoints hang $((ok + 1)) "$bad" "http://127.0.0.1:$SLOW_PORT/hang/" bench.e "$HANG_TIMEOUT"
 			fi
 			deliver_backlog "${label}_$round" ok "$per" "$ok" "$n"
+			result "${label}_$round.later_rate" "$(later_rate ok)"
 			if [ "$label" = hang_beside ]; then
 				result "hang_beside_$round.bad_attempts" \
 					"$(sql "SELECT count(*) FROM outbox.attempt_log a JOIN outbox.endpoints e
@@ -1151,6 +1167,8 @@ case_hanging_endpoints()
 	done
 	for label in hang_alone hang_beside; do
 		keep_median_round "$label"
+		result "$label.later_rate_median" \
+			"$(sed -n "s/^${label}_[0-9]*\.later_rate //p" "$RESULTS" | median)"
 	done
 	result hang_alone.endpoints "$ok"
 	result hang_beside.endpoints "$ok"

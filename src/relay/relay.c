@@ -124,9 +124,10 @@ static int64 ahead_after = 0;
 
 /*
  * In how many ms the next batch whose finished deliveries wait for their
- * record is due (record_round; -1: none waits).  The relay's wait ends
- * then: with slow receivers no other answer may come to wake it, and what
- * a crash can repeat is bounded by this interval.
+ * record is due, or detaches not yet written are tried again (record_round;
+ * -1: none waits).  The relay's wait ends then: with slow receivers no
+ * other answer may come to wake it, and what a crash can repeat is bounded
+ * by this interval.
  */
 static long record_wait_ms = -1;
 /* When record_round last ran its step. */
@@ -506,6 +507,8 @@ relay_detach(RelayEndpoint *ep)
 	ep->detach_past = false;
 	if (stream_page == NULL)
 		return;
+	/* Fewer parts left may shorten the others' waits: look again at once. */
+	stream_look_now();
 	if (ep->page != NULL && ep->page->stream == stream_page)
 	{
 		if (ep->page->pending > 0)
@@ -1343,6 +1346,13 @@ stream_page_done(bool recorded)
 	release_stream_page(p);
 }
 
+/* Have the relay's wait end within ms for a record round. */
+static void
+record_again_in(long ms)
+{
+	record_wait_ms = record_wait_ms < 0 ? ms : Min(record_wait_ms, ms);
+}
+
 /*
  * Record what finished, of every batch, in one short transaction: one
  * statement, however many endpoints (outbox._record).  A round is due when
@@ -1427,7 +1437,7 @@ record_round(void)
 			if (left > 0)
 			{
 				/* (the relay's wait ends in time for it) */
-				record_wait_ms = record_wait_ms < 0 ? left : Min(record_wait_ms, left);
+				record_again_in(left);
 				continue;
 			}
 			due = true;
@@ -1500,8 +1510,7 @@ record_round(void)
 		/* only partial progress, before the interval is up */
 		long		left = RECORD_INTERVAL_MS - TimestampDifferenceMilliseconds(last_record_at, now);
 
-		left = Max(left, 1);
-		record_wait_ms = record_wait_ms < 0 ? left : Min(record_wait_ms, left);
+		record_again_in(Max(left, 1));
 		return;
 	}
 
@@ -1558,6 +1567,9 @@ record_round(void)
 			}
 			stream_page_done(false);
 		}
+		/* Detaches not written are tried again, batches or not. */
+		if (detaching != NIL)
+			record_again_in(RECORD_RETRY_MS);
 		return;
 	}
 
@@ -1583,6 +1595,8 @@ record_round(void)
 		list_free(detaching);
 		detaching = still;
 		MemoryContextSwitchTo(old);
+		if (detaching != NIL)
+			record_again_in(RECORD_RETRY_MS);
 	}
 
 	for (int i = 0; i < r.nbatches; i++)
@@ -1776,6 +1790,8 @@ outbox_relay_main(Datum arg)
 	if (extension_absent)
 		proc_exit(0);
 	last_read = GetCurrentTimestamp();
+	/* (the first page's laggards are looked at from here) */
+	polled_at = last_read;
 	seen_version = outbox_endpoints_version();
 	ereport(LOG, (errmsg("outbox relay started for database \"%s\"", dbname)));
 
@@ -1785,6 +1801,7 @@ outbox_relay_main(Datum arg)
 		TimestampTz now;
 		long		until_poll;
 		long		until_release;
+		long		until_look;
 
 		/* Scratch memory of one iteration; batches have their own. */
 		MemoryContextReset(loop_cxt);
@@ -1872,9 +1889,9 @@ outbox_relay_main(Datum arg)
 		until_poll = outbox_poll_interval -
 			TimestampDifferenceMilliseconds(last_read, GetCurrentTimestamp());
 		/* A page with parts in flight is looked at for laggards in time. */
-		until_release = stream_ms_to_look(GetCurrentTimestamp());
-		if (until_release >= 0)
-			until_poll = Min(until_poll, until_release);
+		until_look = stream_ms_to_look(GetCurrentTimestamp());
+		if (until_look >= 0)
+			until_poll = Min(until_poll, until_look);
 		/* Finished deliveries that wait for their record are recorded in time. */
 		if (record_wait_ms >= 0)
 			until_poll = Min(until_poll, record_wait_ms);

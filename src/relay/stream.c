@@ -333,7 +333,8 @@ stream_detach_laggards(StreamPage *p, dlist_head *active, TimestampTz now)
 		if (b->ep->in_flight == 0 && !credentials_fetching(b->ep))
 		{
 			/* Sent, perhaps, before the next look: its wait starts then. */
-			look_sooner(TimestampTzPlusMilliseconds(now, LAGGARD_MIN_MS / 2), now);
+			look_sooner(TimestampTzPlusMilliseconds(GetCurrentTimestamp(), LAGGARD_MIN_MS / 2),
+						now);
 			continue;
 		}
 		waiting++;
@@ -390,6 +391,17 @@ stream_detach_laggards(StreamPage *p, dlist_head *active, TimestampTz now)
 	}
 	list_free(slow);
 	list_free(leaving);
+}
+
+/*
+ * Have the relay look at the stream's page again without waiting: a part
+ * left it (relay_detach), and the quarter left, the hold or the others'
+ * time may have changed with it.
+ */
+void
+stream_look_now(void)
+{
+	look_at = 1;
 }
 
 /*

@@ -16,15 +16,15 @@
 
 /*
  * Once at most a quarter of a page's parts are left, a part is a laggard
- * sooner: after twice as long as the others took, this at least.  The floor
- * was 200 ms: in bench case 12 the first two pages, each with parts to
- * endpoints that never answer, then held the 900 others back about 0.45 s
- * in all, a sixth of their run.  An endpoint that answers, but later than this, is
- * detached before its first answer; its answers' time then keeps it while
- * they stay about as long (it is the last one's, and starts at 0 in each
- * relay).  Every follower waits for each page held back.  The relay looks
- * again when a wait runs out (stream_ms_to_look); until 1.5 it looked every
- * half of this.
+ * sooner: after twice as long as the others took, this at least.  The
+ * floor was 200 ms: in bench case 12 the first two pages, each with parts
+ * to endpoints that never answer, then held the 900 others back about
+ * 0.45 s in all, a sixth of their run.  An endpoint that answers, but
+ * later than this, is detached before its first answer; its answers' time
+ * then keeps it while they stay about as long (it is the last one's, and
+ * starts at 0 in each relay).  Every follower waits for each page held
+ * back.  The relay looks again when a wait runs out (stream_ms_to_look);
+ * 1.4 looked every half of its floor (100 ms).
  */
 #define LAGGARD_MIN_MS		100
 
@@ -38,5 +38,6 @@ extern int64 stream_cpu_us(void);
 extern void stream_size_pages(const StreamPage *p);
 extern void stream_detach_laggards(StreamPage *p, dlist_head *active, TimestampTz now);
 extern long stream_ms_to_look(TimestampTz now);
+extern void stream_look_now(void);
 
 #endif							/* OUTBOX_STREAM_H */

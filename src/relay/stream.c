@@ -54,7 +54,8 @@
  * When stream_detach_laggards should look at the page again if no answer
  * comes first (an answer wakes the relay anyway): the first moment at which
  * a part's wait runs out, a silence starts or ends a hold, or a part becomes
- * overdue.  0: no look is due.
+ * overdue.  0: no look is due; 1 (long past): look at once
+ * (stream_look_now).
  */
 static TimestampTz look_at = 0;
 
@@ -312,6 +313,7 @@ stream_detach_laggards(StreamPage *p, dlist_head *active, TimestampTz now)
 	List	   *leaving;
 	ListCell   *lc;
 	TimestampTz quiet_since;
+	TimestampTz unsent_look;
 	long		wait = DETACH_AFTER_MS;
 	int			waiting = 0;
 	bool		held = false;
@@ -320,6 +322,8 @@ stream_detach_laggards(StreamPage *p, dlist_head *active, TimestampTz now)
 	if (p == NULL || p->parts == 0 || followers <= 1 || now == 0)
 		return;
 	quiet_since = Max(pump_last_answer_at(), p->read_at);
+	/* (a part with nothing sent yet is looked at by then) */
+	unsent_look = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), LAGGARD_MIN_MS / 2);
 	if ((p->routed - p->finished) * 4 <= p->routed)
 		wait = Max(LAGGARD_MIN_MS,
 				   Min(2 * (p->progress_at - p->read_at) / 1000, DETACH_AFTER_MS));
@@ -333,8 +337,7 @@ stream_detach_laggards(StreamPage *p, dlist_head *active, TimestampTz now)
 		if (b->ep->in_flight == 0 && !credentials_fetching(b->ep))
 		{
 			/* Sent, perhaps, before the next look: its wait starts then. */
-			look_sooner(TimestampTzPlusMilliseconds(GetCurrentTimestamp(), LAGGARD_MIN_MS / 2),
-						now);
+			look_sooner(unsent_look, now);
 			continue;
 		}
 		waiting++;

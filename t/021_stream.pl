@@ -63,6 +63,13 @@ sub stops_following
 }
 my ($url, $log, $receiver) = start_receiver();
 
+# Errors the current server's log has from the relay or about outbox.
+sub relay_errors
+{
+	my $n = () = slurp_file($node->logfile) =~ /outbox relay.*\bERROR:|\[\d+\] ERROR:.*outbox/g;
+	return $n;
+}
+
 ############################################################################
 # Part 1: many endpoints, each exactly its events
 ############################################################################
@@ -401,8 +408,7 @@ PostgreSQL::Test::Utils::append_to_file($release8, '');
 ok(wait_received($log, sub { grep { $_->{path} eq '/mute' } @_ }), 'once released, mute got its event');
 sql("SELECT outbox.resume_endpoint('all')");
 
-my $errors = () = slurp_file($node->logfile) =~ /outbox relay.*\bERROR:|\[\d+\] ERROR:.*outbox/g;
-is($errors, 0, 'the relay logged no error');
+is(relay_errors(), 0, 'the relay logged no error');
 
 ############################################################################
 # Part 9: the relay looks at a page when a part's wait runs out
@@ -441,7 +447,6 @@ ok(wait_received($log, sub { my @r = @_; !grep { !got_all("/q$_", $page9[0])->(@
 	'the four quick endpoints got their event');
 PostgreSQL::Test::Utils::append_to_file($release9, '');
 ok(wait_received($log, got_all('/hush', $page9[1])), 'once released, hush got its event');
-$errors = () = slurp_file($node->logfile) =~ /outbox relay.*\bERROR:|\[\d+\] ERROR:.*outbox/g;
-is($errors, 0, 'nor did the quiet one');
+is(relay_errors(), 0, 'nor did the quiet one');
 
 done_testing();

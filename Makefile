@@ -23,6 +23,7 @@ OBJS = \
 	src/target/sign.o \
 	src/target/format.o \
 	src/target/http.o \
+	src/target/h1parse.o \
 	src/target/http1.o \
 	src/target/address.o \
 	src/target/auth.o \

@@ -18,6 +18,7 @@ PACKAGES=(
 	rabbitmq-server         # TAP tests: a broker each test starts itself
 	libipc-run-perl perl    # TAP tests: IPC::Run and prove
 	python3                 # scripts/receiver.py
+	clang libclang-rt-14-dev  # test/h1: the parser's libFuzzer target
 	openssl
 )
 

@@ -5,7 +5,7 @@
 # Ends with the line "N passed, N failed" and exits non-zero on any failure.
 # OUTBOX_ASSERT=1 is accepted and, for now, ignored.
 #
-# A part of the suite: OUTBOX_TIERS lists the tiers to run (regress,
+# A part of the suite: OUTBOX_TIERS lists the tiers to run (unit, regress,
 # isolation, tap; all by default) and PROVE_TESTS the TAP files, e.g.
 #   OUTBOX_TIERS=tap PROVE_TESTS="t/008_hostile.pl" bash scripts/test.sh
 # The extension is installed into the one PostgreSQL of the machine, so
@@ -147,7 +147,28 @@ run_tier()
 	FAILED=$((FAILED + failed))
 }
 
-TIERS=" ${OUTBOX_TIERS:-regress isolation tap} "
+# The HTTP/1.1 parser on its own: unit cases and a bounded fuzz run
+# (test/h1/run.sh; H1_FUZZ_SECONDS, 60 by default).
+run_unit()
+{
+	local log="$SCRATCH/unit.log" rc=0 passed failed
+	echo "== unit"
+	as_postgres bash "$SCRATCH/test/h1/run.sh" 2>&1 | tee "$log" || rc=$?
+	case $rc in 130 | 143) exit "$rc" ;; esac
+	passed=$(sed -n 's/^h1: \([0-9]*\) passed, \([0-9]*\) failed$/\1/p' "$log")
+	failed=$(sed -n 's/^h1: \([0-9]*\) passed, \([0-9]*\) failed$/\2/p' "$log")
+	passed=${passed:-0}
+	failed=${failed:-1}
+	if [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ]; then
+		failed=1
+	fi
+	echo "== unit: $passed passed, $failed failed"
+	PASSED=$((PASSED + passed))
+	FAILED=$((FAILED + failed))
+}
+
+TIERS=" ${OUTBOX_TIERS:-unit regress isolation tap} "
+[[ $TIERS == *" unit "* ]] && run_unit
 [[ $TIERS == *" regress "* ]] && run_tier regress ISOLATION= TAP_TESTS=
 [[ $TIERS == *" isolation "* ]] && run_tier isolation REGRESS= TAP_TESTS=
 if [[ $TIERS == *" tap "* ]] && compgen -G "$SCRATCH/t/*.pl" >/dev/null; then

@@ -151,9 +151,23 @@ for my $where (qw(status headers body))
 # for the body's end.
 hostile_case('chunk_bad', "$hurl/chunk_bad");
 like(attempt('chunk_bad', "coalesce(status::text, '-') || ' ' || error"),
-	qr/^- .*chunk framing is broken/i,
+	qr/^- .*chunk size line without a size/i,
 	'chunk_bad: a transport error, no status (' . attempt('chunk_bad', 'error') . ')');
 retried_on_schedule('chunk_bad');
+
+# Framings refused (RFC 9112): a status line among the headers (not a
+# field: the head's state says where a status line stands), junk after a
+# chunk size ("0x10" is no last chunk), a folded Content-Length.
+for my $c ([ 'status_in_headers', qr/a line that is not a header field/ ],
+	[ 'chunk_size_junk', qr/bytes after a chunk size that are not an extension/ ],
+	[ 'folded_length', qr/folded Content-Length or Transfer-Encoding line/ ])
+{
+	my ($name, $error) = @$c;
+	hostile_case($name, "$hurl/canned/$name");
+	like(attempt($name, "coalesce(status::text, '-') || ' ' || error"), qr/^- .*$error/,
+		"$name: a transport error, no status (" . attempt($name, 'error') . ')');
+	retried_on_schedule($name);
+}
 
 hostile_case('garbage', "$hurl/garbage");
 like(attempt('garbage', "coalesce(status::text, '-') || ' ' || error"),
@@ -215,10 +229,8 @@ for my $c ([ 'endless_headers', qr/the response's headers .*exceeded 64 kB/ ],
 	[ 'many_headers', qr/the response's headers .*exceeded 64 kB/ ],
 	[ 'continue_flood', qr/the response's headers \(1xx responses included\) exceeded 64 kB/ ],
 	[ 'chunk_ext_flood', qr/the response's chunk framing .*exceeded 16 kB/ ],
-	# "chunked" in a Transfer-Encoding line of its own before another, or
-	# far along in one line: libcurl decodes chunks either way, so the
-	# framing is counted either way.
-	[ 'te_twice_flood', qr/the response's chunk framing .*exceeded 16 kB/ ],
+	# "chunked" far along in one Transfer-Encoding line, as its final
+	# coding: chunks, so the framing is counted.
 	[ 'te_padded_flood', qr/the response's chunk framing .*exceeded 16 kB/ ])
 {
 	my ($name, $error) = @$c;
@@ -229,6 +241,16 @@ for my $c ([ 'endless_headers', qr/the response's headers .*exceeded 64 kB/ ],
 		"$name: cut at the bound, not at the endpoint's 30 s timeout");
 	retried_on_schedule($name);
 }
+
+# "chunked" in a Transfer-Encoding line of its own before another: not the
+# final coding, so the body runs to the connection's end (RFC 9112, 6.3),
+# and the flood is read as a long body: up to 64 kB, then hung up on, the
+# status counting.
+hostile_case('te_twice_flood', "$hurl/te_twice_flood", "timeout => '30 seconds'");
+is(attempt('te_twice_flood', "status || ' ' || coalesce(error, '-')"), '200 -',
+	'te_twice_flood: chunked not final: a long body, 200, no error (' . attempt('te_twice_flood', "coalesce(error, '-')") . ')');
+cmp_ok(attempt('te_twice_flood', 'duration_ms'), '<', 10000,
+	"te_twice_flood: hung up on at the read bound, not at the endpoint's 30 s timeout");
 
 # Two chunk-extension floods open at once beside a healthy endpoint with a
 # backlog: the floods are cut, and the backlog arrives.
@@ -301,6 +323,54 @@ is(join(',', map { $_->{on_connection} // 1 }
 	  grep { ($_->{headers}{'webhook-id'} // '') eq $kc2 } received($kc_log)), '2,1',
 	'closes_kept: sent on the kept connection, then again on a fresh one');
 $kc_rx->kill_kill;
+
+# Framings that leave a kept connection in doubt (RFC 9112): the answer
+# counts as its framing says, the connection is closed after it, and the
+# next event goes on a fresh one.  A receiver of its own for each, that
+# answers every request on a connection so and logs one on a connection
+# used before.
+for my $c ([ 'te_gzip_length', 'Transfer-Encoding gzip beside Content-Length: read to the end' ],
+	[ 'folded_close', 'Connection: keep-alive folded onto a line " close"' ],
+	[ 'http10_te', 'HTTP/1.0 with Transfer-Encoding' ],
+	[ 'http10_close_keep', 'HTTP/1.0, close and then keep-alive' ])
+{
+	my ($name, $what) = @$c;
+	my ($c_url, $c_log, $c_rx) = start_hostile();
+	sql("SELECT outbox.create_endpoint('$name', '$c_url/canned/$name', '{h.$name}')");
+	my $e1 = sql("SELECT outbox.emit('h.$name', '{\"n\": 1}')");
+	ok(answered_200($e1), "$name ($what): delivered");
+	is(sql("SELECT response || '|' || coalesce(error, '-') FROM outbox.attempts WHERE event_id = '$e1'"),
+		'ok|-', "$name: the body as its framing says, no error");
+	my $e2 = sql("SELECT outbox.emit('h.$name', '{\"n\": 2}')");
+	ok(answered_200($e2), "$name: the next event delivered");
+	is(join(',', map { $_->{on_connection} // 1 }
+		  grep { my $w = $_->{headers}{'webhook-id'} // ''; $w eq $e1 || $w eq $e2 } received($c_log)),
+		'1,1', "$name: the connection was closed after the answer, the next event went on a fresh one");
+	$c_rx->kill_kill;
+}
+
+# An answer sent out of turn after a complete one (a 204, then an unasked
+# 200 50 ms later) is not taken for the next event's answer: the kept
+# connection it came on is closed, and the next event is sent on a fresh
+# one, where it gets its own 204.
+my ($lb_url, $lb_log, $lb_rx) = start_hostile();
+sql("SELECT outbox.create_endpoint('late_bytes', '$lb_url/late_bytes', '{h.late_bytes}')");
+my $lb1 = sql(q{SELECT outbox.emit('h.late_bytes', '{"n": 1}')});
+ok($node->poll_query_until('postgres',
+	"SELECT count(*) = 1 FROM outbox.attempts WHERE event_id = '$lb1' AND status = 204"),
+	'late_bytes: the first event answered 204');
+ok(wait_received($lb_log, sub { grep { exists $_->{late_sent} } @_ }),
+	'late_bytes: the receiver sent its unasked 200');
+my $lb2 = sql(q{SELECT outbox.emit('h.late_bytes', '{"n": 2}')});
+ok($node->poll_query_until('postgres',
+	"SELECT count(*) = 1 FROM outbox.attempts WHERE event_id = '$lb2'"),
+	'late_bytes: the second event attempted');
+is(sql("SELECT status FROM outbox.attempts WHERE event_id = '$lb2'"), '204',
+	'late_bytes: the second event got its own answer (204), not the unasked 200');
+is(join(',', map { $_->{on_connection} // 1 }
+	  grep { ($_->{headers}{'webhook-id'} // '') eq $lb2 } received($lb_log)),
+	'1', 'late_bytes: it was sent on a fresh connection');
+$lb_rx->kill_kill;
 
 my ($hwm1, $rss1) = memory_kb($pid);
 note("relay memory after the floods: VmHWM $hwm1 kB, VmRSS $rss1 kB");

@@ -36,6 +36,18 @@ serves many endpoints at once:
   /chunk_bad       answer 200 chunked with a size line that has no size
                    ("zz"), then a valid last chunk
   /garbage         answer a line of garbage instead of a status line
+  /canned/NAME     answer every request on the connection with the canned
+                   response NAME (CANNED below: framings that leave a kept
+                   connection in doubt, and framings to refuse); a request
+                   on a connection used before is logged with
+                   "on_connection"; a connection with no next request
+                   within a second is closed (which ends a body read to
+                   the connection's end)
+  /late_bytes      answer 204, then 50 ms later an unasked
+                   "200 OK" with no body; a request that comes on that
+                   connection after it is logged ("on_connection": 2) and
+                   answered 500; {"path": ..., "late_sent": time} is logged
+                   once the unasked answer is sent
   /status/N        answer status N with an empty body; the query may add
                    retry_after=S (Retry-After: S) and location=URL
                    (Location: URL)
@@ -177,6 +189,52 @@ def chunked_drip():
         time.sleep(0.2)
 
 
+# Responses of /canned/NAME.
+CANNED = {
+    # Transfer-Encoding overrides Content-Length, and gzip is not chunked:
+    # the body runs to the connection's end (RFC 9112, 6.3).
+    "te_gzip_length": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n"
+                      b"Content-Length: 2\r\n\r\nok",
+    # obs-fold: the line continues Connection, which then says close.
+    "folded_close": b"HTTP/1.1 200 OK\r\nConnection: keep-alive\r\n close\r\n"
+                    b"Content-Length: 2\r\n\r\nok",
+    # HTTP/1.0 with Transfer-Encoding: framing in doubt, closed after.
+    "http10_te": b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\n"
+                 b"Transfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n",
+    # HTTP/1.0: a later keep-alive does not undo close.
+    "http10_close_keep": b"HTTP/1.0 200 OK\r\nConnection: close\r\n"
+                         b"Connection: keep-alive\r\nContent-Length: 2\r\n\r\nok",
+    # Refused: a status line among the headers, junk after a chunk size,
+    # a folded Content-Length.
+    "status_in_headers": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n"
+                         b"HTTP/1.1 200 OK\r\n\r\n0\r\n\r\n",
+    "chunk_size_junk": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                       b"0x10\r\n0123456789abcdef\r\n0\r\n\r\n",
+    "folded_length": b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n 7\r\n\r\nhello",
+}
+
+
+def canned(conn, name):
+    """Answer every request on conn with CANNED[name] (see the docstring)."""
+    n = 1
+    while True:
+        conn.sendall(CANNED[name])
+        conn.settimeout(1.0)
+        try:
+            req = read_request(conn)
+        except OSError:
+            req = None
+        if req is None:
+            break
+        conn.settimeout(None)
+        method, target, headers, body = req
+        n += 1
+        log({"t": time.time(), "path": urlsplit(target).path,
+             "method": method, "headers": headers, "body": body,
+             "on_connection": n})
+    conn.close()
+
+
 def handle(conn):
     try:
         req = read_request(conn)
@@ -270,6 +328,22 @@ def handle(conn):
             conn.close()
         elif mode[0] == "garbage":
             conn.sendall(b"SURELY NOT HTTP \x00\x01\x02 <html>\r\n\r\n")
+            conn.close()
+        elif mode[0] == "canned":
+            canned(conn, mode[1])
+        elif mode[0] == "late_bytes":
+            conn.sendall(b"HTTP/1.1 204 No Content\r\n\r\n")
+            time.sleep(0.05)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+            log({"path": path, "late_sent": time.time()})
+            req = read_request(conn)
+            if req is not None:
+                method, target, headers, body = req
+                log({"t": time.time(), "path": urlsplit(target).path,
+                     "method": method, "headers": headers, "body": body,
+                     "on_connection": 2})
+                conn.sendall(b"HTTP/1.1 500 Internal Server Error\r\n"
+                             b"Content-Length: 0\r\nConnection: close\r\n\r\n")
             conn.close()
         elif mode[0] == "status":
             status = int(mode[1])

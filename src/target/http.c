@@ -876,27 +876,15 @@ http_socket_room(int wanted)
 }
 
 /*
- * The chunk decoder.  libcurl is asked for the raw body (transfer decoding
- * off), so that the write callback sees every byte after the headers,
- * chunk sizes, extensions and trailers included; libcurl still parses the
- * chunks to find the end of the response.  This decoder follows along to
- * tell body bytes from framing: it counts the framing, and keeps the
- * decoded body's first bytes for the attempt log.  For plain http
- * (http1.c) it also finds the response's end, and marks what libcurl
- * would refuse (chunk_bad: a size line without a size, or one too large,
- * data longer than its size), which fails the request there.  Through
- * libcurl, libcurl refuses it itself.
+ * What a response sends, as both paths see it.  libcurl is asked for the
+ * raw body (transfer decoding off), so that the write callback sees every
+ * byte after the head, chunk framing included: h1parse.c's decoder, run on
+ * the body alone (h1_body_only), tells body bytes from framing, counts the
+ * framing and refuses framing it would not take on plain http; libcurl
+ * still finds the response's end itself.  On plain http (http1.c) the same
+ * parser reads the whole response, and hands each head line and the decoded
+ * body here.
  */
-enum
-{
-	CHUNK_SIZE,					/* the hex size */
-	CHUNK_EXTENSION,			/* after the size, to the end of the line */
-	CHUNK_DATA,
-	CHUNK_DATA_END,				/* the CRLF after a chunk's data */
-	CHUNK_TRAILER_START,		/* at the start of a trailer line */
-	CHUNK_TRAILER,				/* inside a trailer line */
-	CHUNK_DONE					/* after the last chunk and its trailers */
-};
 
 /* Keep a body byte for the attempt log, or note that the kept text is cut. */
 static inline void
@@ -912,14 +900,20 @@ keep_byte(HttpRequest *req, unsigned char c)
 }
 
 /*
- * Keep body bytes as they came, for a caller that asked for the whole body
- * (whole_body): up to whole_size bytes, then whole_over.
+ * Keep decoded body bytes: the first OUTBOX_RESPONSE_KEEP for the attempt
+ * log, and, for a caller that asked for the whole body (whole_body), up to
+ * whole_size bytes as they came, then whole_over.
  */
-static inline void
-keep_whole(HttpRequest *req, const char *data, size_t n)
+void
+http_response_keep(HttpRequest *req, const char *data, size_t n)
 {
+	size_t		keep = Min(n, OUTBOX_RESPONSE_KEEP - req->response_len);
 	size_t		room = req->whole_size - req->whole_len;
 
+	for (size_t i = 0; i < keep; i++)
+		keep_byte(req, (unsigned char) data[i]);
+	if (keep < n)
+		req->response_cut = true;
 	if (req->whole_body == NULL)
 		return;
 	if (n > room)
@@ -931,104 +925,18 @@ keep_whole(HttpRequest *req, const char *data, size_t n)
 	req->whole_len += n;
 }
 
-static size_t
-decode_chunked(HttpRequest *req, const char *data, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-	{
-		unsigned char c = (unsigned char) data[i];
-		int			digit;
-
-		if (req->chunk_state == CHUNK_DONE)
-			return i;			/* what follows is not this response's */
-		if (req->chunk_state == CHUNK_DATA)
-		{
-			size_t		take = Min((uint64) (n - i), req->chunk_left);
-
-			for (size_t j = 0; j < take; j++)
-				keep_byte(req, (unsigned char) data[i + j]);
-			keep_whole(req, data + i, take);
-			req->chunk_left -= take;
-			i += take - 1;
-			if (req->chunk_left == 0)
-				req->chunk_state = CHUNK_DATA_END;
-			continue;
-		}
-		req->framing_read++;
-		switch (req->chunk_state)
-		{
-			case CHUNK_SIZE:
-				digit = c >= '0' && c <= '9' ? c - '0' :
-					c >= 'a' && c <= 'f' ? c - 'a' + 10 :
-					c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-				if (digit >= 0 && req->chunk_left < (UINT64CONST(1) << 56))
-				{
-					req->chunk_left = req->chunk_left * 16 + digit;
-					req->chunk_digits++;
-					break;
-				}
-				/* no size, or one too large */
-				if (req->chunk_digits == 0 || digit >= 0)
-					req->chunk_bad = true;
-				req->chunk_state = CHUNK_EXTENSION;
-				/* FALLTHROUGH */
-			case CHUNK_EXTENSION:
-				if (c == '\n')
-					req->chunk_state = req->chunk_left > 0 ? CHUNK_DATA : CHUNK_TRAILER_START;
-				break;
-			case CHUNK_DATA_END:
-				if (c == '\n')
-				{
-					req->chunk_state = CHUNK_SIZE;
-					req->chunk_left = 0;
-					req->chunk_digits = 0;
-				}
-				else if (c != '\r')
-					req->chunk_bad = true;	/* data longer than its size */
-				break;
-			case CHUNK_TRAILER_START:
-				if (c == '\n')
-					req->chunk_state = CHUNK_DONE;
-				else if (c != '\r')
-					req->chunk_state = CHUNK_TRAILER;
-				break;
-			case CHUNK_TRAILER:
-				if (c == '\n')
-					req->chunk_state = CHUNK_TRAILER_START;
-				break;
-			default:
-				break;
-		}
-	}
-	return n;
-}
-
 /*
- * Every byte after the headers comes here, raw, from libcurl (write_cb) or
- * from http1.c; *used says how many were this response's (a chunked body
- * ends where its framing says).  Past OUTBOX_RESPONSE_FRAMING bytes of
- * framing the response is a flood (req->exceeded); past
- * OUTBOX_RESPONSE_READ bytes in all the relay hangs up, and a long body
- * counts as its status (http_next_done).  Returns false at either.
+ * The bounds after the head, on what the parser has taken: past
+ * OUTBOX_RESPONSE_FRAMING bytes of chunk framing the response is a flood
+ * (req->exceeded); past OUTBOX_RESPONSE_READ bytes in all the relay hangs
+ * up, and a long body counts as its status (http_next_done, http1.c).
+ * Returns false at either.
  */
 bool
-http_response_body(HttpRequest *req, const char *data, size_t n, size_t *used)
+http_response_bounds(HttpRequest *req)
 {
-	if (req->chunked)
-		n = decode_chunked(req, data, n);
-	else
-	{
-		size_t		keep = Min(n, OUTBOX_RESPONSE_KEEP - req->response_len);
-
-		for (size_t i = 0; i < keep; i++)
-			keep_byte(req, (unsigned char) data[i]);
-		if (keep < n)
-			req->response_cut = true;
-		keep_whole(req, data, n);
-	}
-	req->response_read += n;
-	*used = n;
-	if (req->framing_read > OUTBOX_RESPONSE_FRAMING)
+	req->response_read = req->parser.taken - req->parser.head_bytes;
+	if (req->parser.framing_bytes > OUTBOX_RESPONSE_FRAMING)
 	{
 		req->exceeded = "the response's chunk framing (sizes, extensions, trailers) exceeded 16 kB";
 		return false;
@@ -1038,19 +946,45 @@ http_response_body(HttpRequest *req, const char *data, size_t n, size_t *used)
 	return true;
 }
 
-/* Has a chunked body ended (its last chunk and trailers read)? */
-bool
-http_response_chunks_done(const HttpRequest *req)
-{
-	return req->chunk_state == CHUNK_DONE;
-}
-
+/*
+ * Every byte libcurl reads after a head comes here, raw.  The first call
+ * starts the body's parser, chunked when libcurl reads it so.  Returns
+ * false to make libcurl stop: a bound broken, or framing refused
+ * (req->exceeded).
+ */
 static size_t
 write_cb(char *data, size_t size, size_t nmemb, void *userdata)
 {
-	size_t		used;
+	HttpRequest *req = (HttpRequest *) userdata;
+	size_t		n = size * nmemb;
+	size_t		pos = 0;
 
-	return http_response_body((HttpRequest *) userdata, data, size * nmemb, &used) ? size * nmemb : 0;
+	if (!req->body_started)
+	{
+		h1_body_only(&req->parser, req->curl_chunked);
+		req->body_started = true;
+	}
+	while (pos < n)
+	{
+		size_t		used;
+		const char *out;
+		size_t		out_len;
+		H1Event		ev = h1_parse(&req->parser, data + pos, n - pos, false, &used, &out, &out_len);
+
+		pos += used;
+		if (ev == H1_ERROR)
+		{
+			req->exceeded = req->parser.error;
+			return 0;
+		}
+		if (ev == H1_BODY)
+			http_response_keep(req, out, out_len);
+		if (!http_response_bounds(req))
+			return 0;
+		if (ev != H1_BODY)
+			break;				/* H1_MORE, or H1_DONE: libcurl ends it */
+	}
+	return n;
 }
 
 /*
@@ -1090,7 +1024,7 @@ take_header(const char *line, size_t len, const char *name, char *dst, size_t ds
 }
 
 /*
- * Each header line of each response, 1xx responses included, comes here,
+ * Each line of each response's head, 1xx responses included, comes here,
  * from libcurl (header_cb) or from http1.c: they are bounded together by
  * OUTBOX_RESPONSE_HEADERS.  Returns false past it (req->exceeded).
  */
@@ -1106,38 +1040,59 @@ http_response_header(HttpRequest *req, const char *data, size_t n)
 		req->exceeded = "the response's headers (1xx responses included) exceeded 64 kB";
 		return false;
 	}
-	/* A status line starts a response: its own headers follow. */
-	if (n >= 5 && memcmp(data, "HTTP/", 5) == 0)
+	if (req->at_status)
 	{
-		req->chunked = false;
-		req->chunk_state = CHUNK_SIZE;
-		req->chunk_left = 0;
-		req->chunk_digits = 0;
-		req->chunk_bad = false;
+		/* a status line starts a response: its own headers follow */
+		req->at_status = false;
+		req->curl_chunked = false;
+		req->te_final_chunked = false;
 		req->delivery[0] = '\0';
 		req->retry_after[0] = '\0';
+		return true;
+	}
+	if (n <= 2 && (data[0] == '\r' || data[0] == '\n'))
+	{
+		req->at_status = true;	/* the head's end */
+		return true;
 	}
 	take_header(data, n, "webhook-delivery", req->delivery, sizeof(req->delivery));
 	take_header(data, n, "retry-after", req->retry_after, sizeof(req->retry_after));
 
 	/*
 	 * libcurl takes a body for chunked when "chunked" stands anywhere in any
-	 * Transfer-Encoding line of the response, however long the line: look
-	 * for it in the whole value, and let no later line undo it.
+	 * Transfer-Encoding line of the response, however long the line: the
+	 * body's parser follows it (write_cb), and header_cb refuses a head
+	 * whose final coding is another.
 	 */
 	if ((te = http_header_value(data, n, "transfer-encoding", &te_len)) != NULL)
 	{
 		for (size_t i = 0; i + 7 <= te_len; i++)
 			if (pg_strncasecmp(te + i, "chunked", 7) == 0)
-				req->chunked = true;
+				req->curl_chunked = true;
+		(void) h1_te_final_chunked(te, te_len, &req->te_final_chunked);
 	}
 	return true;
 }
 
+/*
+ * libcurl's head lines.  A Transfer-Encoding that names chunked but ends
+ * with another coding is refused at the head's end: libcurl would read
+ * chunks where plain http reads to the connection's end (RFC 9112, 6.3).
+ */
 static size_t
 header_cb(char *data, size_t size, size_t nmemb, void *userdata)
 {
-	return http_response_header((HttpRequest *) userdata, data, size * nmemb) ? size * nmemb : 0;
+	HttpRequest *req = (HttpRequest *) userdata;
+	size_t		n = size * nmemb;
+
+	if (!http_response_header(req, data, n))
+		return 0;
+	if (req->at_status && req->curl_chunked && !req->te_final_chunked)
+	{
+		req->exceeded = "the response's Transfer-Encoding names chunked, but not as its final coding";
+		return 0;
+	}
+	return n;
 }
 
 /*
@@ -1202,12 +1157,11 @@ http_response_reset(HttpRequest *req)
 	req->delivery[0] = '\0';
 	req->retry_after[0] = '\0';
 	req->headers_read = 0;
-	req->framing_read = 0;
-	req->chunked = false;
-	req->chunk_state = CHUNK_SIZE;
-	req->chunk_left = 0;
-	req->chunk_digits = 0;
-	req->chunk_bad = false;
+	h1_init(&req->parser);
+	req->at_status = true;
+	req->curl_chunked = false;
+	req->te_final_chunked = false;
+	req->body_started = false;
 	req->exceeded = NULL;
 	req->whole_len = 0;
 	req->whole_over = false;
@@ -1327,7 +1281,7 @@ http_submit(HttpRequest *req)
 	 * connection once the server is known to speak HTTP/2, and opens a
 	 * connection of its own before that.
 	 */
-	/* The raw body: chunk framing is counted too (see decode_chunked). */
+	/* The raw body: chunk framing is counted too (see write_cb). */
 	curl_easy_setopt(easy, CURLOPT_HTTP_TRANSFER_DECODING, 0L);
 	curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, write_cb);
 	curl_easy_setopt(easy, CURLOPT_WRITEDATA, req);

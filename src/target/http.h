@@ -14,6 +14,8 @@
 #include "datatype/timestamp.h"
 #include "lib/ilist.h"
 
+#include "h1parse.h"
+
 #define OUTBOX_MAX_URL			2048
 #define OUTBOX_RESPONSE_KEEP	512 /* response bytes kept for the log */
 
@@ -71,12 +73,14 @@ typedef struct HttpRequest
 
 	/* the bounds on what the response sends (http.c) */
 	size_t		headers_read;	/* header bytes, every response */
-	size_t		framing_read;	/* chunk framing bytes */
-	bool		chunked;		/* the response is chunked */
-	int			chunk_state;	/* where the chunk decoder is */
-	uint64		chunk_left;		/* bytes of the current chunk to come */
-	int			chunk_digits;	/* of the current chunk's size */
-	bool		chunk_bad;		/* framing libcurl would refuse (http1.c) */
+	H1Parser	parser;			/* the response's framing: the whole
+								 * response on plain http (http1.c), the
+								 * body after libcurl read the head */
+	bool		at_status;		/* libcurl's next header line is a status
+								 * line */
+	bool		curl_chunked;	/* libcurl reads the body as chunked */
+	bool		te_final_chunked;	/* Transfer-Encoding ends with chunked */
+	bool		body_started;	/* libcurl handed over body bytes */
 	const char *exceeded;		/* the bound broken, or NULL */
 
 	TimestampTz submitted_at;	/* http_submit: the timeout counts from here */
@@ -114,8 +118,8 @@ extern void http_abandon_all(void);
 extern const char *http_header_value(const char *line, size_t len, const char *name,
 									 size_t *vlen);
 extern bool http_response_header(HttpRequest *req, const char *line, size_t n);
-extern bool http_response_body(HttpRequest *req, const char *data, size_t n, size_t *used);
-extern bool http_response_chunks_done(const HttpRequest *req);
+extern void http_response_keep(HttpRequest *req, const char *data, size_t n);
+extern bool http_response_bounds(HttpRequest *req);
 extern void http_response_reset(HttpRequest *req);
 extern void http_connect(HttpRequest *req);
 extern bool http_watch(pgsocket fd, uint32 events);

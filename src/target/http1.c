@@ -47,6 +47,7 @@
 #include "utils/timestamp.h"
 
 #include "guc.h"
+#include "h1parse.h"
 #include "http1.h"
 
 #ifdef HAVE_SYS_EPOLL_H
@@ -56,15 +57,6 @@
 #define HTTP1_MAX_ORIGIN	300
 /* libcurl's default (CURLOPT_MAXAGE_CONN): older idle connections are closed */
 #define HTTP1_MAX_IDLE_MS	118000
-
-enum
-{
-	READ_STATUS,				/* a status line is next */
-	READ_HEADERS,				/* header lines, to the empty one */
-	READ_LENGTH,				/* a body of Content-Length bytes */
-	READ_CHUNKS,				/* a chunked body */
-	READ_TO_CLOSE				/* a body that ends with the connection */
-};
 
 typedef struct Origin
 {
@@ -92,15 +84,10 @@ typedef struct Conn
 	size_t		head_len;
 	size_t		sent;			/* of head and body together */
 
-	/* the response being read */
+	/* the response being read (its parser is req->parser) */
 	char	   *buf;
 	size_t		buf_size;
 	size_t		buf_len;
-	int			state;
-	int			minor;			/* HTTP/1.minor of the final response */
-	long		status;
-	int64		length;			/* Content-Length, or -1 */
-	bool		close_after;	/* Connection: close, HTTP/1.0, or unclear */
 	uint64		received;		/* bytes read for this request */
 } Conn;
 
@@ -296,9 +283,9 @@ complete(Conn *c, bool reusable)
 	/* an answer before the whole request was sent: the connection is spent */
 	if (c->sent < c->head_len + c->req->body_len)
 		reusable = false;
-	c->req->status = c->status;
+	c->req->status = c->req->parser.status;
 	now = finish(c);
-	if (!reusable || c->close_after || c->generation != current_generation || max_idle == 0)
+	if (!reusable || c->generation != current_generation || max_idle == 0)
 	{
 		conn_close(c);
 		return;
@@ -392,9 +379,8 @@ start(Conn *c, HttpRequest *req)
 	n_busy++;
 	c->sent = 0;
 	c->buf_len = 0;
-	c->state = READ_STATUS;
 	c->received = 0;
-	c->close_after = false;
+	h1_init(&req->parser);
 	c->due = req->submitted_at + (TimestampTz) req->timeout_ms * 1000;
 	pairingheap_add(&due_heap, &c->due_node);
 
@@ -513,220 +499,104 @@ http1_connected(HttpRequest *req, pgsocket fd, uint32 generation)
 	start(c, req);
 }
 
-/* Take a whole line from the buffer at *pos, or false when none is there yet. */
+/*
+ * Make room in the buffer for the rest of a head line longer than what it
+ * holds, up to the head's bound.  False once the request failed.
+ */
 static bool
-next_line(Conn *c, size_t *pos, const char **line, size_t *len)
+grow_for_line(Conn *c)
 {
-	char	   *nl = memchr(c->buf + *pos, '\n', c->buf_len - *pos);
+	HttpRequest *req = c->req;
+	size_t		grow = Min(c->buf_size * 2, OUTBOX_RESPONSE_HEADERS + 2);
+	char	   *more;
 
-	if (nl == NULL)
-		return false;
-	*line = c->buf + *pos;
-	*len = nl + 1 - *line;
-	*pos += *len;
-	return true;
-}
-
-/* Parse a status line; false when it is not HTTP/1.x with a status. */
-static bool
-status_line(Conn *c, const char *line, size_t len)
-{
-	if (len < 13 || memcmp(line, "HTTP/1.", 7) != 0 || !isdigit((unsigned char) line[7]) ||
-		line[8] != ' ' || !isdigit((unsigned char) line[9]) ||
-		!isdigit((unsigned char) line[10]) || !isdigit((unsigned char) line[11]) ||
-		(line[12] != ' ' && line[12] != '\r' && line[12] != '\n'))
-		return false;
-	c->minor = line[7] - '0';
-	c->status = (line[9] - '0') * 100 + (line[10] - '0') * 10 + (line[11] - '0');
-	c->length = -1;
-	c->close_after = c->minor == 0;
-	return c->status >= 100;
-}
-
-/* What a header line says about the framing; false when it is unclear. */
-static bool
-framing_header(Conn *c, const char *line, size_t len)
-{
-	size_t		vlen;
-	const char *v;
-
-	if ((v = http_header_value(line, len, "content-length", &vlen)) != NULL)
+	if (grow <= c->buf_size)
 	{
-		int64		n = 0;
-
-		if (vlen == 0 || vlen > 18)
-			return false;
-		for (size_t i = 0; i < vlen; i++)
-		{
-			if (!isdigit((unsigned char) v[i]))
-				return false;
-			n = n * 10 + (v[i] - '0');
-		}
-		if (c->length >= 0 && c->length != n)
-			return false;		/* two lengths that differ */
-		c->length = n;
+		/* the line alone passes the bound */
+		(void) http_response_header(req, c->buf, c->buf_len);
+		fail(c, req->exceeded ? req->exceeded :
+			 "the response's headers (1xx responses included) exceeded 64 kB");
+		return false;
 	}
-	else if ((v = http_header_value(line, len, "connection", &vlen)) != NULL)
+	more = realloc(c->buf, grow);
+	if (more == NULL)
 	{
-		for (size_t i = 0; i + 5 <= vlen; i++)
-			if (pg_strncasecmp(v + i, "close", 5) == 0)
-				c->close_after = true;
-		for (size_t i = 0; i + 10 <= vlen; i++)
-			if (c->minor == 0 && pg_strncasecmp(v + i, "keep-alive", 10) == 0)
-				c->close_after = false;
+		fail(c, "out of memory");
+		return false;
 	}
+	c->buf = more;
+	c->buf_size = grow;
 	return true;
 }
 
 /*
- * Read what the buffer holds; returns false once the request is finished
- * (or failed) and c may be gone.
+ * Read what the buffer holds through the request's parser (h1parse.c):
+ * head lines to http.c's bounds, the decoded body to what the attempt log
+ * keeps.  Returns false once the request is finished (or failed) and c may
+ * be gone.
  */
 static bool
 parse(Conn *c, bool at_end)
 {
 	HttpRequest *req = c->req;
+	H1Parser   *p = &req->parser;
 	size_t		pos = 0;
-	const char *line;
-	size_t		len;
 
-	while (c->state == READ_STATUS || c->state == READ_HEADERS)
+	/* a kept connection closed as the request came: not the receiver's failure */
+	if (at_end && c->reused && c->received == 0)
 	{
-		if (!next_line(c, &pos, &line, &len))
-		{
-			/* a line longer than the buffer: grow it, up to the bound */
-			if (c->buf_len - pos >= c->buf_size - 1 && pos == 0)
-			{
-				size_t		grow = Min(c->buf_size * 2, OUTBOX_RESPONSE_HEADERS + 2);
-				char	   *more;
-
-				if (grow <= c->buf_size)
-				{
-					/* the line alone passes the bound */
-					(void) http_response_header(req, c->buf, c->buf_len);
-					fail(c, req->exceeded ? req->exceeded :
-						 "the response's headers (1xx responses included) exceeded 64 kB");
-					return false;
-				}
-				more = realloc(c->buf, grow);
-				if (more == NULL)
-				{
-					fail(c, "out of memory");
-					return false;
-				}
-				c->buf = more;
-				c->buf_size = grow;
-			}
-			break;
-		}
-		if (!http_response_header(req, line, len))
-		{
-			fail(c, req->exceeded);
-			return false;
-		}
-		if (c->state == READ_STATUS)
-		{
-			if (!status_line(c, line, len))
-			{
-				fail(c, "the receiver's answer is not an HTTP/1.x response");
-				return false;
-			}
-			c->state = READ_HEADERS;
-			continue;
-		}
-		if (len <= 2 && (line[0] == '\r' || line[0] == '\n'))
-		{
-			/* the end of a response's headers */
-			if (c->status < 200 && c->status != 101)
-			{
-				c->state = READ_STATUS;		/* 1xx: the response follows */
-				continue;
-			}
-			if (c->status == 101)
-			{
-				fail(c, "the receiver switched protocols (101), which a webhook does not ask for");
-				return false;
-			}
-			if (c->status == 204 || c->status == 304)
-				c->state = READ_LENGTH, c->length = 0;
-			else if (req->chunked)
-			{
-				/* a length beside chunks: closed after (RFC 9112, 6.3) */
-				c->state = READ_CHUNKS;
-				c->close_after |= c->length >= 0;
-			}
-			else if (c->length >= 0)
-				c->state = READ_LENGTH;
-			else
-			{
-				c->state = READ_TO_CLOSE;
-				c->close_after = true;
-			}
-			break;
-		}
-		if (!framing_header(c, line, len))
-		{
-			fail(c, "the response's Content-Length is not one number");
-			return false;
-		}
+		retry_fresh(c);
+		return false;
 	}
-
-	/* the body: what the buffer holds after the headers */
-	if (c->state == READ_LENGTH || c->state == READ_CHUNKS || c->state == READ_TO_CLOSE)
+	for (;;)
 	{
-		size_t		avail = c->buf_len - pos;
-		size_t		take = avail;
-		size_t		used = 0;
-		bool		go_on;
+		size_t		used;
+		const char *out;
+		size_t		out_len;
+		H1Event		ev = h1_parse(p, c->buf + pos, c->buf_len - pos, at_end,
+								  &used, &out, &out_len);
 
-		if (c->state == READ_LENGTH)
-			take = Min((uint64) avail, (uint64) c->length);
-		go_on = http_response_body(req, c->buf + pos, take, &used);
 		pos += used;
-		if (req->chunk_bad)
+		switch (ev)
 		{
-			fail(c, "the response's chunk framing is broken (a size missing or too large, or data past its size)");
-			return false;
-		}
-		if (c->state == READ_LENGTH)
-			c->length -= used;
-		if (!go_on)
-		{
-			if (req->exceeded != NULL)
-			{
-				fail(c, req->exceeded);
+			case H1_MORE:
+				break;
+			case H1_STATUS:
+			case H1_HEADER:
+			case H1_HEAD_END:
+				if (!http_response_header(req, out, out_len))
+				{
+					fail(c, req->exceeded);
+					return false;
+				}
+				continue;
+			case H1_BODY:
+				http_response_keep(req, out, out_len);
+				if (http_response_bounds(req))
+					continue;
+				if (req->exceeded != NULL)
+					fail(c, req->exceeded);
+				else
+					complete(c, false); /* enough read: hang up, the status
+										 * counts (http.c, write_cb) */
 				return false;
-			}
-			/* enough read: hang up, the status counts (http.c, write_cb) */
-			complete(c, false);
-			return false;
-		}
-		if ((c->state == READ_LENGTH && c->length == 0) ||
-			(c->state == READ_CHUNKS && http_response_chunks_done(req)))
-		{
-			/* bytes after the response: the receiver is out of step */
-			complete(c, pos == c->buf_len && !at_end);
-			return false;
-		}
-		if (at_end)
-		{
-			if (c->state == READ_TO_CLOSE)
-			{
-				complete(c, false);
+			case H1_DONE:
+				/* bytes after the response: the receiver is out of step */
+				complete(c, p->keep && pos == c->buf_len && !at_end);
 				return false;
-			}
-			fail(c, "the receiver closed the connection before the response ended");
-			return false;
+			case H1_ERROR:
+				fail(c, p->error);
+				return false;
 		}
+		break;
 	}
-	else if (at_end)
+	if (!http_response_bounds(req))
 	{
-		if (c->reused && c->received == 0)
-			retry_fresh(c);
-		else if (c->received == 0)
-			fail(c, "the receiver closed the connection without answering");
+		/* chunk framing alone (H1_MORE takes it without an event) */
+		if (req->exceeded != NULL)
+			fail(c, req->exceeded);
 		else
-			fail(c, "the receiver closed the connection in the response's headers");
+			complete(c, false);
 		return false;
 	}
 	/* keep what is not read yet at the buffer's start */
@@ -735,6 +605,8 @@ parse(Conn *c, bool at_end)
 		memmove(c->buf, c->buf + pos, c->buf_len - pos);
 		c->buf_len -= pos;
 	}
+	if (h1_in_head(p) && c->buf_len >= c->buf_size - 1)
+		return grow_for_line(c);
 	return true;
 }
 

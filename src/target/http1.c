@@ -57,6 +57,8 @@
 #define HTTP1_MAX_ORIGIN	300
 /* libcurl's default (CURLOPT_MAXAGE_CONN): older idle connections are closed */
 #define HTTP1_MAX_IDLE_MS	118000
+/* origins kept without a connection before they are pruned (prune_origins) */
+#define ORIGINS_KEPT		(2 * max_idle + 256)
 
 typedef struct Origin
 {
@@ -64,6 +66,7 @@ typedef struct Origin
 	bool		usable;			/* false: libcurl sends its requests */
 	char		host[HTTP1_MAX_ORIGIN];	/* the Host header, as libcurl sends it */
 	dlist_head	idle;			/* its idle connections, newest first */
+	int			conns;			/* its connections, idle or in use */
 } Origin;
 
 typedef struct Conn
@@ -144,6 +147,26 @@ host_header(const char *url, char *dst, size_t size)
 }
 
 /*
+ * Before an origin is added to a table that holds more than
+ * ORIGINS_KEPT, the origins without a connection go: a database whose
+ * endpoints move through many hosts keeps no more origins than it has
+ * connections, plus that many.  Only connections point at an origin.
+ */
+static void
+prune_origins(void)
+{
+	HASH_SEQ_STATUS seq;
+	Origin	   *o;
+
+	if (hash_get_num_entries(origins) <= ORIGINS_KEPT)
+		return;
+	hash_seq_init(&seq, origins);
+	while ((o = (Origin *) hash_seq_search(&seq)) != NULL)
+		if (o->conns == 0)
+			(void) hash_search(origins, o->key, HASH_REMOVE, NULL);
+}
+
+/*
  * The origin of a plain http URL, or NULL for any other or one this file
  * does not send to.  URLs reach here as http_check_url normalized them: a
  * lower-case scheme and a path.  Looked up once per request; what libcurl
@@ -172,10 +195,13 @@ origin_of(const char *url)
 	}
 	memset(key, 0, sizeof(key));
 	memcpy(key, url, path - url);
-	o = (Origin *) hash_search(origins, key, HASH_ENTER, &found);
-	if (!found)
+	o = (Origin *) hash_search(origins, key, HASH_FIND, NULL);
+	if (o == NULL)
 	{
+		prune_origins();
+		o = (Origin *) hash_search(origins, key, HASH_ENTER, &found);
 		dlist_init(&o->idle);
+		o->conns = 0;
 		o->usable = host_header(url, o->host, sizeof(o->host));
 	}
 	return o->usable ? o : NULL;
@@ -194,6 +220,7 @@ static void
 conn_close(Conn *c)
 {
 	Assert(c->req == NULL);
+	c->origin->conns--;
 	http_forget(c->fd);
 	close(c->fd);
 	conns[c->fd] = NULL;
@@ -468,6 +495,22 @@ http1_submit(HttpRequest *req)
 	return true;
 }
 
+/*
+ * No memory for a connection libcurl made for req: the socket is closed,
+ * and req fails, to be retried like any transport error.
+ */
+static void
+unconnected(HttpRequest *req, pgsocket fd)
+{
+	http_forget(fd);
+	close(fd);
+	req->status = 0;
+	req->transport_error = true;
+	strlcpy(req->error, "out of memory for a connection", sizeof(req->error));
+	req->duration_ms = (double) (GetCurrentTimestamp() - req->submitted_at) / 1000.0;
+	dlist_push_tail(&done, &req->node);
+}
+
 /* libcurl connected req's socket fd (http.c): the connection is ours. */
 void
 http1_connected(HttpRequest *req, pgsocket fd, uint32 generation)
@@ -480,7 +523,10 @@ http1_connected(HttpRequest *req, pgsocket fd, uint32 generation)
 		Conn	  **more = realloc(conns, sizeof(Conn *) * grow);
 
 		if (more == NULL)
-			elog(ERROR, "out of memory");
+		{
+			unconnected(req, fd);
+			return;
+		}
 		memset(more + n_conns, 0, sizeof(Conn *) * (grow - n_conns));
 		conns = more;
 		n_conns = grow;
@@ -488,13 +534,14 @@ http1_connected(HttpRequest *req, pgsocket fd, uint32 generation)
 	c = calloc(1, sizeof(Conn));
 	if (c == NULL)
 	{
-		close(fd);
-		elog(ERROR, "out of memory");
+		unconnected(req, fd);
+		return;
 	}
 	c->fd = fd;
 	c->generation = generation;
 	c->origin = origin_of(req->url);
 	Assert(c->origin != NULL);
+	c->origin->conns++;
 	conns[fd] = c;
 	start(c, req);
 }

@@ -148,7 +148,7 @@ outbox_guc_init(void)
 
 	DefineCustomIntVariable("outbox.poll_interval",
 							"How often the relay looks for work when nothing wakes it.",
-							"Covers retries that come due, deliver_at and prepared transactions; commits wake the relay at once.",
+							"Covers events of prepared transactions and probes of failing endpoints; commits wake the relay at once, retries and deliver_at when due.",
 							&outbox_poll_interval,
 							1000, 10, 3600 * 1000,
 							PGC_SIGHUP, GUC_UNIT_MS,

@@ -15,8 +15,9 @@
  * without pause only gets probes (CIRCUIT_FAILURES).  The relay never waits
  * on a lock held by a user's transaction for long: it skips what is locked
  * and tries again, and gives way in a deadlock.  Commits of emitting
- * transactions set our latch (emit.c); outbox.poll_interval covers retries,
- * deliver_at and prepared transactions.  The loop sleeps in one wait on the
+ * transactions set our latch (emit.c); retries and deliver_at end the
+ * loop's wait when they come due (next_due); outbox.poll_interval covers
+ * prepared transactions.  The loop sleeps in one wait on the
  * latch and on what its targets watch (target_wait), so a commit wakes it
  * even while requests are in flight.  With outbox.senders, some requests
  * are sent by sender processes (sender.c); their results set the latch.
@@ -132,6 +133,13 @@ static int64 ahead_after = 0;
 static long record_wait_ms = -1;
 /* When record_round last ran its step. */
 static TimestampTz last_record_at = 0;
+
+/*
+ * When the earliest retry or deferred event not yet due comes due (0: none
+ * known): a full round runs then, whatever outbox.poll_interval says.  Read
+ * at each full round, lowered by each outcome recorded with a later next_at.
+ */
+static TimestampTz next_due = 0;
 
 /*
  * Endpoints that do not follow the stream and may read on their own
@@ -1008,6 +1016,7 @@ read_step(void *arg)
 			endpoints_loaded();
 		}
 		/* Retries come due with time, not with commits. */
+		next_due = store_next_due();
 		n = store_due_endpoints(&ids);
 		for (int i = 0; i < n; i++)
 		{
@@ -1201,10 +1210,12 @@ outcome_rows(const RecordRound *r, OutcomeRow **rows)
 {
 	int			total = 0;
 	int			n = 0;
+	TimestampTz now;
 
 	for (int i = 0; i < r->nbatches; i++)
 		total += r->batches[i]->n;
 	*rows = palloc(sizeof(OutcomeRow) * Max(total, 1));
+	now = GetCurrentTimestamp();
 	for (int i = 0; i < r->nbatches; i++)
 	{
 		Batch	   *b = r->batches[i];
@@ -1224,6 +1235,9 @@ outcome_rows(const RecordRound *r, OutcomeRow **rows)
 			o->attempt = d->attempt;
 			o->outcome = d->outcome;
 			o->next_at = d->next_at;
+			/* (one waiting behind its key is due now: due_again has it) */
+			if (d->next_at > now && (next_due == 0 || d->next_at < next_due))
+				next_due = d->next_at;
 			o->sent = delivery_was_sent(d);
 			o->status = d->result.status;
 			o->error = d->result.error;
@@ -1829,11 +1843,13 @@ outbox_relay_main(Datum arg)
 		now = GetCurrentTimestamp();
 		version = outbox_endpoints_version();
 		if (version != seen_version ||
-			TimestampDifferenceExceeds(last_read, now, outbox_poll_interval))
+			TimestampDifferenceExceeds(last_read, now, outbox_poll_interval) ||
+			(next_due != 0 && now >= next_due))
 		{
 			/* A full round: endpoints, pages and due retries. */
 			ResetLatch(MyLatch);
 			read_now = false;
+			next_due = 0;
 			seen_version = version;
 			last_read = now;
 			note_wake();
@@ -1888,6 +1904,10 @@ outbox_relay_main(Datum arg)
 		/* Sleep on the latch, the targets' sockets and the poll timer at once. */
 		until_poll = outbox_poll_interval -
 			TimestampDifferenceMilliseconds(last_read, GetCurrentTimestamp());
+		/* Retries and deferred events are read when they come due. */
+		if (next_due != 0)
+			until_poll = Min(until_poll,
+							 TimestampDifferenceMilliseconds(GetCurrentTimestamp(), next_due));
 		/* A page with parts in flight is looked at for laggards in time. */
 		until_look = stream_ms_to_look(GetCurrentTimestamp());
 		if (until_look >= 0)

@@ -638,6 +638,27 @@ store_due_endpoints(int **ids)
 					 CurrentMemoryContext);
 }
 
+/*
+ * When the earliest retry or deferred event that is not due yet comes due
+ * (0: none waits).  Those due now are store_due_endpoints'.
+ */
+TimestampTz
+store_next_due(void)
+{
+	static SPIPlanPtr plan = NULL;
+	bool		isnull;
+	Datum		v;
+	int			rc;
+
+	if (plan == NULL)
+		plan = outbox_prepare_kept("SELECT min(next_at) FROM outbox.retries WHERE next_at > now()", 0, NULL);
+	rc = SPI_execute_plan(plan, NULL, NULL, true, 0);
+	if (rc != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "finding the next due retry failed: %s", SPI_result_code_string(rc));
+	v = col_datum(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	return isnull ? 0 : DatumGetTimestampTz(v);
+}
+
 /* The oid of a type of the extension's, by name. */
 static Oid
 outbox_type(const char *name)

@@ -113,6 +113,7 @@ extern void store_route_checks(int n, const int *eids, const pg_uuid_t *const *e
 							   bool *delivered, bool *blocked);
 extern int	store_attach(const int *candidates, int n, int **attached);
 extern int	store_due_endpoints(int **ids);
+extern TimestampTz store_next_due(void);
 extern bool store_read_page(int endpoint_id, int limit, bool verify, EventRows *rows,
 							MemoryContext cxt);
 extern bool store_read_due(int endpoint_id, int limit, bool verify, EventRows *rows,

@@ -16,6 +16,8 @@
 #include "postgres.h"
 
 #include <arpa/inet.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -280,6 +282,34 @@ pool_by_generation(uint32 generation)
 	return NULL;
 }
 
+/*
+ * Let libcurl act on fd (or on its timer: CURL_SOCKET_TIMEOUT), with every
+ * signal blocked.  libcurl starts its threaded resolver's threads here,
+ * and a thread takes the signal mask of the one that starts it: blocked,
+ * PostgreSQL's handlers (SIGALRM's timeouts, SIGUSR1's latch, SIGTERM)
+ * run only in this thread, never in a resolver's.  A signal that comes
+ * meanwhile waits until the mask is restored.
+ */
+static void
+multi_act(CURLM *multi, curl_socket_t fd, int flags)
+{
+	sigset_t	all_signals;
+	sigset_t	old_signals;
+	int			running;
+
+	sigfillset(&all_signals);
+	pthread_sigmask(SIG_SETMASK, &all_signals, &old_signals);
+	PG_TRY();
+	{
+		curl_multi_socket_action(multi, fd, flags, &running);
+	}
+	PG_FINALLY();
+	{
+		pthread_sigmask(SIG_SETMASK, &old_signals, NULL);
+	}
+	PG_END_TRY();
+}
+
 #ifdef HAVE_SYS_EPOLL_H
 #include <sys/epoll.h>
 
@@ -471,7 +501,6 @@ act_on_sockets(void)
 {
 	struct epoll_event evs[64];
 	int			n;
-	int			running;
 
 	n = epoll_wait(curl_epfd, evs, lengthof(evs), 0);
 	for (int i = 0; i < n; i++)
@@ -504,7 +533,7 @@ act_on_sockets(void)
 			flags |= CURL_CSELECT_OUT;
 		if (evs[i].events & (EPOLLERR | EPOLLHUP))
 			flags |= CURL_CSELECT_ERR;
-		curl_multi_socket_action(pool->multi, fd, flags, &running);
+		multi_act(pool->multi, fd, flags);
 	}
 }
 
@@ -1310,12 +1339,11 @@ act_on_timers(void)
 {
 	TimestampTz now = GetCurrentTimestamp();
 	dlist_mutable_iter iter;
-	int			running;
 
 	if (current->timer_due != 0 && now >= current->timer_due)
 	{
 		current->timer_due = 0;
-		curl_multi_socket_action(current->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+		multi_act(current->multi, CURL_SOCKET_TIMEOUT, 0);
 	}
 	dlist_foreach_modify(iter, &retiring)
 	{
@@ -1324,7 +1352,7 @@ act_on_timers(void)
 		if (pool->timer_due != 0 && now >= pool->timer_due)
 		{
 			pool->timer_due = 0;
-			curl_multi_socket_action(pool->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+			multi_act(pool->multi, CURL_SOCKET_TIMEOUT, 0);
 		}
 	}
 }
@@ -1388,7 +1416,6 @@ http_wait(long timeout_ms)
 #else
 		{
 			int			flags = 0;
-			int			running;
 			HttpPool   *pool = pool_of_socket(events[i].fd);
 
 			if (events[i].events & WL_SOCKET_READABLE)
@@ -1396,7 +1423,7 @@ http_wait(long timeout_ms)
 			if (events[i].events & WL_SOCKET_WRITEABLE)
 				flags |= CURL_CSELECT_OUT;
 			if (flags && pool != NULL)
-				curl_multi_socket_action(pool->multi, events[i].fd, flags, &running);
+				multi_act(pool->multi, events[i].fd, flags);
 		}
 #endif
 	}

@@ -180,7 +180,10 @@ append_line(struct curl_slist *h, const char *line)
 	if (next == NULL)
 	{
 		curl_slist_free_all(h);
-		elog(ERROR, "out of memory building a token request");
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("out of memory"),
+				 errdetail("Failed while building a token request.")));
 	}
 	return next;
 }

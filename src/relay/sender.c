@@ -558,7 +558,10 @@ start_request(MemoryContext cxt, const char *msg, Size len)
 		if (next == NULL)
 		{
 			curl_slist_free_all(headers);
-			elog(ERROR, "out of memory building request headers");
+			ereport(ERROR,
+					(errcode(ERRCODE_OUT_OF_MEMORY),
+					 errmsg("out of memory"),
+					 errdetail("Failed while building request headers.")));
 		}
 		headers = next;
 		line = end + 1;

@@ -119,7 +119,10 @@ outbox_sign(const uint8 *key, int keylen,
 	tslen = snprintf(ts, sizeof(ts), "." INT64_FORMAT ".", timestamp);
 	ctx = pg_hmac_create(PG_SHA256);
 	if (ctx == NULL)
-		elog(ERROR, "out of memory creating HMAC context");
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("out of memory"),
+				 errdetail("Failed while creating HMAC context.")));
 	if (pg_hmac_init(ctx, key, keylen) < 0 ||
 		pg_hmac_update(ctx, (const uint8 *) msgid, msgidlen) < 0 ||
 		pg_hmac_update(ctx, (const uint8 *) ts, tslen) < 0 ||

@@ -39,7 +39,10 @@ add_header(struct curl_slist *list, const char *line)
 	if (next == NULL)
 	{
 		curl_slist_free_all(list);
-		elog(ERROR, "out of memory building request headers");
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("out of memory"),
+				 errdetail("Failed while building request headers.")));
 	}
 	return next;
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test/h1/run.sh: the HTTP/1.1 response parser on its own (src/target/h1parse.c):
-# the unit cases, then the libFuzzer target over the seed corpus for a bounded
-# time (H1_FUZZ_SECONDS, 60 by default; 0 runs the corpus once), both under
+# the unit cases, the same cases beside libcurl (curl_diff.c), then the
+# libFuzzer target over the seed corpus for a bounded time (H1_FUZZ_SECONDS,
+# 60 by default; 0 runs the corpus once); the cases and the fuzz target under
 # AddressSanitizer and UndefinedBehaviorSanitizer.  Needs gcc and clang with
 # its runtime (scripts/deps.sh installs them).  Ends with "N passed, N failed".
 set -uo pipefail
@@ -25,6 +26,23 @@ p=$(sed -n 's/^h1 cases: \([0-9]*\) passed, \([0-9]*\) failed$/\1/p' "$WORK/case
 f=$(sed -n 's/^h1 cases: \([0-9]*\) passed, \([0-9]*\) failed$/\2/p' "$WORK/cases.out" 2>/dev/null)
 if [ -z "$p" ]; then
 	echo "h1: the unit cases did not build or run to their end"
+	failed=$((failed + 1))
+else
+	passed=$((passed + p))
+	failed=$((failed + f))
+fi
+
+echo "== h1: beside libcurl"
+if cc "${CFLAGS[@]}" "$HERE/curl_diff.c" "$SRC/h1parse.c" -lcurl -lpthread -o "$WORK/curl_diff" &&
+	timeout 300 "$WORK/curl_diff" >"$WORK/curl_diff.out" 2>&1; then
+	:
+fi
+grep -v '^ok ' "$WORK/curl_diff.out" 2>/dev/null | grep -v '^#' || true
+p=$(sed -n 's/^h1 curl: \([0-9]*\) passed, \([0-9]*\) failed$/\1/p' "$WORK/curl_diff.out" 2>/dev/null)
+f=$(sed -n 's/^h1 curl: \([0-9]*\) passed, \([0-9]*\) failed$/\2/p' "$WORK/curl_diff.out" 2>/dev/null)
+if [ -z "$p" ]; then
+	tail -n 20 "$WORK/curl_diff.out" 2>/dev/null
+	echo "h1: the comparison with libcurl did not build or run to its end"
 	failed=$((failed + 1))
 else
 	passed=$((passed + p))

@@ -48,7 +48,7 @@ transcript_fail(const char *what)
  * not), in pieces; ends: the connection ends after the last byte.
  * Checks the parser's promises on the way and aborts when one is broken.
  */
-static void
+static inline void
 transcript_run(const char *in, size_t n, bool ends, int body_only,
 			   PieceFn piece, void *arg, Transcript *t)
 {
@@ -159,14 +159,14 @@ transcript_same(const Transcript *a, const Transcript *b)
 		a->body_hash == b->body_hash && a->rest == b->rest;
 }
 
-static size_t
+static inline size_t
 piece_all(void *arg)
 {
 	(void) arg;
 	return 0;
 }
 
-static size_t
+static inline size_t
 piece_one(void *arg)
 {
 	(void) arg;

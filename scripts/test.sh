@@ -3,7 +3,8 @@
 # the whole suite (pg_regress, pg_isolation_regress, TAP) as the postgres user
 # in a scratch copy of the tree under /tmp.  Run as root, from anywhere.
 # Ends with the line "N passed, N failed" and exits non-zero on any failure.
-# OUTBOX_ASSERT=1 is accepted and, for now, ignored.
+# OUTBOX_ASSERT=1 is accepted and, for now, ignored.  A test file that skips
+# itself counts as failed unless OUTBOX_ALLOW_SKIPS=1.
 #
 # A part of the suite: OUTBOX_TIERS lists the tiers to run (unit, regress,
 # isolation, tap; all by default) and PROVE_TESTS the TAP files, e.g.
@@ -90,6 +91,7 @@ fi
 
 PASSED=0
 FAILED=0
+SKIPPED=0
 
 # show_file FILE LINES: print the last LINES lines of FILE, if it exists.
 show_file()
@@ -105,7 +107,7 @@ show_file()
 # other two) so one failing tier does not hide the results of the others.
 run_tier()
 {
-	local name=$1 log="$SCRATCH/$1.log" rc=0 passed failed files t f
+	local name=$1 log="$SCRATCH/$1.log" rc=0 passed failed skipped=0 files t f
 	shift
 	echo "== $name"
 	pgmake "$@" installcheck 2>&1 | tee "$log" || rc=$?
@@ -114,9 +116,11 @@ run_tier()
 	if [ "$name" = tap ]; then
 		# prove: "Files=N, Tests=M, ..."; a failed file is listed in the
 		# summary report as "t/NNN_name.pl (Wstat: ...)".
+		# A file that skips itself: "t/NNN_name.pl .... skipped: why".
 		files=$(sed -n 's/^Files=\([0-9]*\),.*/\1/p' "$log" | tail -n 1)
 		failed=$(grep -cE '^\S+\.pl +\(Wstat: ' "$log" || true)
-		passed=$(( ${files:-0} - failed ))
+		skipped=$(grep -cE '\.pl \.+ skipped:' "$log" || true)
+		passed=$(( ${files:-0} - failed - skipped ))
 	else
 		# pg_regress: "test name ... ok" or "... FAILED" / "... failed".
 		passed=$(grep -cE '\.\.\. ok\b' "$log" || true)
@@ -142,9 +146,10 @@ run_tier()
 			done ;;
 		esac
 	fi
-	echo "== $name: $passed passed, $failed failed"
+	echo "== $name: $passed passed, $skipped skipped, $failed failed"
 	PASSED=$((PASSED + passed))
 	FAILED=$((FAILED + failed))
+	SKIPPED=$((SKIPPED + skipped))
 }
 
 # The HTTP/1.1 parser on its own: unit cases and a bounded fuzz run
@@ -176,5 +181,15 @@ if [[ $TIERS == *" tap "* ]] && compgen -G "$SCRATCH/t/*.pl" >/dev/null; then
 	run_tier tap REGRESS= ISOLATION= PROVE_FLAGS=--timer ${PROVE_TESTS:+PROVE_TESTS="$PROVE_TESTS"}
 fi
 
+# Every tier asked for runs whole: a file that skips (a server or package
+# missing) fails the run, unless OUTBOX_ALLOW_SKIPS=1 says skips are expected.
+if [ "$SKIPPED" -gt 0 ]; then
+	if [ "${OUTBOX_ALLOW_SKIPS:-0}" = 1 ]; then
+		echo "$SKIPPED skipped (allowed by OUTBOX_ALLOW_SKIPS=1)"
+	else
+		echo "test.sh: $SKIPPED test files skipped themselves (above); each counts as failed"
+		FAILED=$((FAILED + SKIPPED))
+	fi
+fi
 echo "$PASSED passed, $FAILED failed"
 [ "$FAILED" -eq 0 ]

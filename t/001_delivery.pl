@@ -68,7 +68,9 @@ is($node->safe_psql('postgres', q{
 $node->safe_psql('postgres',
 	"SELECT outbox.create_endpoint('slow', '$url/slow?delay=0.5', '{slow.*}')");
 $node->safe_psql('postgres', q{SELECT outbox.emit('slow.first', '{}')});
-usleep(200_000);			# the first is in flight: the receiver waits 0.5 s
+# (the first is in flight: the receiver waits 0.5 s before it answers)
+$node->poll_query_until('postgres', q{SELECT in_flight > 0 FROM outbox.endpoint_status WHERE name = 'slow'})
+  or die 'the first event never went out';
 $node->safe_psql('postgres', q{SELECT outbox.emit('slow.second', '{}')});
 ok(wait_received($log, sub { grep({ $_->{body} =~ /slow\.second/ } @_) >= 1 }),
 	'an event committed while a page was in flight arrived without another commit');
@@ -80,7 +82,21 @@ ok(wait_received($log, sub { grep({ $_->{body} =~ /slow\.second/ } @_) >= 1 }),
 # closed socket on every wait uses a core.
 my $relay = relay_pid();
 $receiver->kill_kill;
-usleep(500_000);
+# Until the relay has closed its side of every connection to the receiver:
+# none established or half closed (CLOSE_WAIT) to its port is left.
+my ($port) = $url =~ /:(\d+)$/;
+my $open_to_receiver = sub {
+	my $n = 0;
+	for my $line (split /\n/, PostgreSQL::Test::Utils::slurp_file("/proc/$relay/net/tcp"))
+	{
+		my @f = split ' ', $line;
+		next unless @f > 3 && $f[2] =~ /^[0-9A-F]{8}:([0-9A-F]{4})$/;
+		$n++ if hex($1) == $port && ($f[3] eq '01' || $f[3] eq '08');
+	}
+	return $n;
+};
+for (my $i = 0; $i < 300 && $open_to_receiver->() > 0; $i++) { usleep(10_000); }
+is($open_to_receiver->(), 0, 'the relay closed its connections to the receiver that went away');
 my $cpu = sub {
 	my @f = split / /, PostgreSQL::Test::Utils::slurp_file("/proc/$relay/stat") =~ s/^.*\) //sr;
 	return $f[11] + $f[12];		# utime and stime, in clock ticks

@@ -118,7 +118,9 @@ sql(q{SELECT outbox.emit('s.e', jsonb_build_object('n', g)) FROM generate_series
 $node->poll_query_until('postgres', q{SELECT count(*) > 0 FROM pg_stat_activity
                                        WHERE backend_type = 'outbox relay'})
   or die;
-usleep(300_000);
+# (all six in flight: each is answered only after a second)
+$node->poll_query_until('postgres', q{SELECT in_flight = 6 FROM outbox.endpoint_status WHERE name = 'slow'})
+  or die 'the six events did not all go out';
 sql(q{SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE backend_type = 'outbox sender'});
 ok(log_wait(qr/outbox sender \d for database "postgres" exited/, $offset),
 	'the relay noticed its senders exit');

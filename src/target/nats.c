@@ -27,14 +27,18 @@
  * again on the schedule, on a new connection.
  *
  * Each NATS endpoint has a connection of its own, made at its first
- * delivery, with a JetStream context.  The servers' names are resolved
- * then, in the relay, and every address is checked against
- * outbox.allowed_networks (address.c): libnats gets the allowed addresses
- * alone, and ignores the servers a cluster advertises, so it connects to
- * nothing else.  The first connection attempt is made in the relay and
- * bounded by the endpoint's timeout (at most 2 s a server); if no server
- * answers, libnats goes on trying in its own threads, for as long as the
- * connection lives, and publishes wait in its buffer meanwhile.  Why the
+ * delivery, with a JetStream context, in a thread of its own
+ * (connect_main): the relay's thread never waits on a name server or a
+ * server.  The servers' names are resolved there, and every address is
+ * checked against outbox.allowed_networks (address.c): libnats gets the
+ * allowed addresses alone, and ignores the servers a cluster advertises,
+ * so it connects to nothing else.  Deliveries submitted meanwhile wait on
+ * the connection and go once it is made (or fail with why it was not);
+ * those waiting longer than the endpoint's timeout fail.  The first
+ * connection attempt is bounded by the endpoint's timeout (at most 2 s a
+ * server); if no server answers, libnats goes on trying in its own
+ * threads, for as long as the connection lives, and publishes wait in its
+ * buffer meanwhile.  Why the
  * first attempt failed (a server's refusal of the credentials, say) is
  * kept for the attempt log: libnats, giving up after refusals, closes the
  * connection and keeps only "no server available".
@@ -55,9 +59,9 @@
  *
  * Threads.  libnats runs threads of its own (reading, flushing, timers,
  * reconnecting, the acknowledgements' subscription); they never call into
- * PostgreSQL, and they are made with every signal blocked (SIGNALS_OFF
- * around the calls that start them: making the options, connecting, and a
- * connection's first publish), so that PostgreSQL's signal handlers run in
+ * PostgreSQL, and they are made with every signal blocked (started from
+ * connect_main, which runs so, or under SIGNALS_OFF: a connection's first
+ * publish), so that PostgreSQL's signal handlers run in
  * the relay's thread alone.  Of the callbacks of ours they run, two do
  * nothing (connected_cb, error_cb: the relay asks the connection when it
  * needs to know), and ack_cb moves an acknowledgement into a record taken
@@ -126,6 +130,16 @@ typedef struct NatsConn
 	int			in_flight;		/* messages published, not yet answered */
 	bool		published;		/* the acknowledgements' thread is started */
 	bool		retired;		/* takes no more; destroyed once empty */
+	/*
+	 * Being made by connect_main in a thread of its own: until the relay
+	 * sees connect_done (set under ack_lock), the thread owns nc, js, why
+	 * and first_failure, and deliveries wait in waiting[].
+	 */
+	bool		connecting;
+	bool		connect_done;
+	struct Delivery **waiting;
+	int			n_waiting;
+	int			waiting_room;
 	NetworkList allowed;		/* the address policy it was made under */
 	char	   *username;		/* the endpoint's auth, when it has one */
 	char	   *password;
@@ -382,14 +396,18 @@ ack_cb(jsCtx *js, natsMsg *msg, jsPubAck *pa, jsPubAckErr *pae, void *closure)
 		wake();
 }
 
+/* A libnats URL of one address: "nats://[v6]:port". */
+#define NATS_ADDR_URL_MAX 80
+
 /*
  * The servers of a URL as libnats URLs of their allowed addresses, in
  * urls (count in *n).  Names are resolved here; an address the policy
- * refuses is left out, and the last refusal is kept in why.
+ * refuses is left out, and the last refusal is kept in why.  Runs in a
+ * connecting thread: nothing of PostgreSQL's.
  */
 static void
-resolve_servers(const NatsUrl *u, const NetworkList *allowed, char **urls, int max,
-				int *n, char *why, size_t why_len)
+resolve_servers(const NatsUrl *u, const NetworkList *allowed, char (*urls)[NATS_ADDR_URL_MAX],
+				int max, int *n, char *why, size_t why_len)
 {
 	const char *s = u->servers;
 
@@ -431,8 +449,8 @@ resolve_servers(const NatsUrl *u, const NetworkList *allowed, char **urls, int m
 						 host, ip, refusal);
 				continue;
 			}
-			urls[(*n)++] = psprintf(ai->ai_family == AF_INET6 ? "nats://[%s]:%d" : "nats://%s:%d",
-									ip, port);
+			snprintf(urls[(*n)++], NATS_ADDR_URL_MAX,
+					 ai->ai_family == AF_INET6 ? "nats://[%s]:%d" : "nats://%s:%d", ip, port);
 		}
 		if (res != NULL)
 			freeaddrinfo(res);
@@ -443,43 +461,41 @@ resolve_servers(const NatsUrl *u, const NetworkList *allowed, char **urls, int m
 }
 
 /*
- * Make c's connection and JetStream context; on failure c->nc stays NULL
- * and c->why says why.  libnats' threads are started with every signal
- * blocked.
+ * Make c's connection and JetStream context, in a thread of its own (the
+ * relay goes on meanwhile: resolving the servers' names and the first
+ * connection attempt take seconds when a server or a name server does not
+ * answer); on failure c->nc stays NULL and c->why says why.  Reads only
+ * what c was made from, which does not change, writes only what the
+ * relay leaves alone until connect_done, and calls nothing of
+ * PostgreSQL's.  Started with every signal blocked (conn_start), as are
+ * then libnats' threads it starts.
  */
-static void
-conn_connect(NatsConn *c)
+static void *
+connect_main(void *arg)
 {
-	char	   *urls[64];
+	NatsConn   *c = arg;
+	char		urls[64][NATS_ADDR_URL_MAX];
 	int			n;
 	natsOptions *opts = NULL;
 	natsStatus	s;
 	jsOptions	jo;
 
-	/*
-	 * libnats writes the user, password and token into its CONNECT message's
-	 * JSON as they are: a quote or a backslash would change the message.
-	 * _check_auth_target refuses them; an auth written into the table by
-	 * hand is refused here.
-	 */
-	if ((c->username != NULL && strpbrk(c->username, "\"\\") != NULL) ||
-		(c->password != NULL && strpbrk(c->password, "\"\\") != NULL) ||
-		(c->token != NULL && strpbrk(c->token, "\"\\") != NULL))
-	{
-		strlcpy(c->why, "authentication failed: auth's username, password or token holds a quote or a backslash, which NATS cannot carry",
-				sizeof(c->why));
-		return;
-	}
 	resolve_servers(&c->parsed, &c->allowed, urls, lengthof(urls), &n, c->why, sizeof(c->why));
 	if (n == 0)
 	{
 		if (c->why[0] == '\0')
 			strlcpy(c->why, "no server address to connect to", sizeof(c->why));
-		return;
+		goto done;
 	}
-	SIGNALS_OFF(s = natsOptions_Create(&opts));
+	s = natsOptions_Create(&opts);
 	if (s == NATS_OK)
-		s = natsOptions_SetServers(opts, (const char **) urls, n);
+	{
+		const char *servers[64];
+
+		for (int i = 0; i < n; i++)
+			servers[i] = urls[i];
+		s = natsOptions_SetServers(opts, servers, n);
+	}
 	if (s == NATS_OK)
 		s = natsOptions_SetIgnoreDiscoveredServers(opts, true);
 	if (s == NATS_OK)
@@ -515,7 +531,7 @@ conn_connect(NatsConn *c)
 		s = natsOptions_LoadCertificatesChain(opts, c->client_cert, c->client_key);
 	if (s == NATS_OK)
 	{
-		SIGNALS_OFF(s = natsConnection_Connect(&c->nc, opts));
+		s = natsConnection_Connect(&c->nc, opts);
 		if (s == NATS_NOT_YET_CONNECTED)
 		{
 			/*
@@ -556,8 +572,57 @@ conn_connect(NatsConn *c)
 		c->nc = NULL;
 	}
 	natsOptions_Destroy(opts);
-	for (int i = 0; i < n; i++)
-		pfree(urls[i]);
+done:
+	pthread_mutex_lock(&ack_lock);
+	c->connect_done = true;
+	pthread_mutex_unlock(&ack_lock);
+	wake();
+	/* (what libnats kept for this thread: its last error, say) */
+	nats_ReleaseThreadMemory();
+	return NULL;
+}
+
+/*
+ * Start making c's connection (connect_main); c->connecting until the
+ * relay takes what came of it (connect_taken).
+ */
+static void
+conn_start(NatsConn *c)
+{
+	pthread_attr_t attr;
+	pthread_t	thread;
+	sigset_t	all_signals;
+	sigset_t	old_signals;
+	int			rc;
+
+	/*
+	 * libnats writes the user, password and token into its CONNECT message's
+	 * JSON as they are: a quote or a backslash would change the message.
+	 * _check_auth_target refuses them; an auth written into the table by
+	 * hand is refused here.
+	 */
+	if ((c->username != NULL && strpbrk(c->username, "\"\\") != NULL) ||
+		(c->password != NULL && strpbrk(c->password, "\"\\") != NULL) ||
+		(c->token != NULL && strpbrk(c->token, "\"\\") != NULL))
+	{
+		strlcpy(c->why, "authentication failed: auth's username, password or token holds a quote or a backslash, which NATS cannot carry",
+				sizeof(c->why));
+		return;
+	}
+	c->connecting = true;
+	c->connect_done = false;
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	sigfillset(&all_signals);
+	pthread_sigmask(SIG_SETMASK, &all_signals, &old_signals);
+	rc = pthread_create(&thread, &attr, connect_main, c);
+	pthread_sigmask(SIG_SETMASK, &old_signals, NULL);
+	pthread_attr_destroy(&attr);
+	if (rc != 0)
+	{
+		c->connecting = false;
+		snprintf(c->why, sizeof(c->why), "could not start a thread to connect: %s", strerror(rc));
+	}
 }
 
 static void
@@ -571,10 +636,13 @@ conn_free(NatsConn *c)
 			*link = c->next;
 			break;
 		}
+	Assert(!c->connecting && c->n_waiting == 0);
 	if (c->js != NULL)
 		jsCtx_Destroy(c->js);
 	if (c->nc != NULL)
 		natsConnection_Destroy(c->nc);
+	if (c->waiting != NULL)
+		pfree(c->waiting);
 	auth_forget(c->username);
 	auth_forget(c->password);
 	auth_forget(c->token);
@@ -616,8 +684,14 @@ conn_of(const RelayEndpoint *ep)
 		if (c->endpoint_id != ep->id || c->retired)
 			continue;
 		if (c->timeout_ms != ep->timeout_ms || strcmp(c->url, ep->url) != 0 ||
-			!conn_auth_is(c, ep) ||
-			(c->nc == NULL &&
+			!conn_auth_is(c, ep))
+		{
+			c->retired = true;
+			continue;
+		}
+		if (c->connecting)
+			return c;
+		if ((c->nc == NULL &&
 			 TimestampDifferenceExceeds(c->made_at, GetCurrentTimestamp(), 1000)) ||
 			(c->nc != NULL && (c->js == NULL || natsConnection_IsClosed(c->nc))))
 		{
@@ -648,7 +722,7 @@ conn_of(const RelayEndpoint *ep)
 	else
 	{
 		c->subject_has_type = strstr(c->parsed.subject, NATS_EVENT_TYPE) != NULL;
-		conn_connect(c);
+		conn_start(c);
 	}
 	return c;
 }
@@ -787,6 +861,19 @@ nats_submit(Delivery *d, int relay_in_flight)
 	int			n_format;
 
 	d->result.bytes = strlen(d->body);
+	if (c->connecting)
+	{
+		/* sent once the connection is made (connect_taken) */
+		if (c->n_waiting == c->waiting_room)
+		{
+			c->waiting_room = Max(16, 2 * c->waiting_room);
+			c->waiting = c->waiting == NULL ?
+				MemoryContextAlloc(TopMemoryContext, sizeof(Delivery *) * c->waiting_room) :
+				repalloc(c->waiting, sizeof(Delivery *) * c->waiting_room);
+		}
+		c->waiting[c->n_waiting++] = d;
+		return;
+	}
 	if (c->nc == NULL)
 	{
 		fail_now(d, false, "NATS: %s", c->why);
@@ -999,6 +1086,39 @@ conn_closed(NatsConn *c)
 	}
 }
 
+/*
+ * c's connection is made, or could not be: the deliveries that waited for
+ * it go now (published, or failed with c->why), on c or, if c retired
+ * meanwhile, on the endpoint's connection of now.  A failure is tried
+ * again a second after it.
+ */
+static void
+connect_taken(NatsConn *c)
+{
+	int			n = c->n_waiting;
+
+	c->connecting = false;
+	c->made_at = c->used_at = GetCurrentTimestamp();
+	c->n_waiting = 0;
+	for (int i = 0; i < n; i++)
+		nats_submit(c->waiting[i], 0);
+}
+
+/*
+ * The deliveries waiting for c's connection for longer than the
+ * endpoint's timeout fail (tried again on the schedule); the connection
+ * goes on being made for those that come later.
+ */
+static void
+waiting_fail(NatsConn *c)
+{
+	for (int i = 0; i < c->n_waiting; i++)
+		fail_now(c->waiting[i], false,
+				 "NATS: no connection to a server within the endpoint's timeout (%ld ms): resolving the servers' names or connecting to them took longer",
+				 c->timeout_ms);
+	c->n_waiting = 0;
+}
+
 /* The next delivery whose outcome is known, or NULL. */
 static Delivery *
 nats_next_done(void)
@@ -1059,6 +1179,20 @@ nats_poll(void)
 	for (c = conns; c != NULL; c = next)
 	{
 		next = c->next;
+		if (c->connecting)
+		{
+			bool		made;
+
+			pthread_mutex_lock(&ack_lock);
+			made = c->connect_done;
+			pthread_mutex_unlock(&ack_lock);
+			if (made)
+				connect_taken(c);
+			else if (c->n_waiting > 0 &&
+					 TimestampDifferenceExceeds(c->made_at, now, (int) Max(c->timeout_ms, 1)))
+				waiting_fail(c);
+			continue;
+		}
 		if (c->js != NULL && c->in_flight > 0 && natsConnection_IsClosed(c->nc))
 			conn_closed(c);
 		if (c->in_flight == 0 && !c->retired &&
@@ -1082,6 +1216,8 @@ nats_abandon_all(void)
 		NatsConn   *c = conns;
 
 		conns = c->next;
+		if (c->connecting)
+			continue;			/* (its thread owns them; the process is leaving) */
 		if (c->js != NULL)
 			jsCtx_Destroy(c->js);
 		if (c->nc != NULL)

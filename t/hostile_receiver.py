@@ -214,12 +214,15 @@ CANNED = {
 }
 
 
-def canned(conn, name):
-    """Answer every request on conn with CANNED[name] (see the docstring)."""
+def serve_kept(conn, response, idle=None):
+    """Answer the request read and every later one on conn with response,
+    logging each later request with its place on the connection; the
+    connection ends when the client closes it, or after idle seconds
+    without a request (None: no limit)."""
     n = 1
     while True:
-        conn.sendall(CANNED[name])
-        conn.settimeout(1.0)
+        conn.sendall(response)
+        conn.settimeout(idle)
         try:
             req = read_request(conn)
         except OSError:
@@ -233,6 +236,11 @@ def canned(conn, name):
              "method": method, "headers": headers, "body": body,
              "on_connection": n})
     conn.close()
+
+
+def canned(conn, name):
+    """Answer every request on conn with CANNED[name] (see the docstring)."""
+    serve_kept(conn, CANNED[name], idle=1.0)
 
 
 def handle(conn):
@@ -291,29 +299,10 @@ def handle(conn):
                 log({"path": path, "sent_all": True})
             conn.close()
         elif mode[0] == "ok":
-            while True:
-                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-                req = read_request(conn)
-                if req is None:
-                    break
-                method, target, headers, body = req
-                log({"t": time.time(), "path": urlsplit(target).path,
-                     "method": method, "headers": headers, "body": body})
-            conn.close()
+            serve_kept(conn, b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
         elif mode[0] == "chunked_ok":
-            n = 1
-            while True:
-                conn.sendall(CHUNKED_HEAD + b"5;ext=1\r\nhello\r\n6\r\n world\r\n"
-                             b"0\r\nX-Trailer: t\r\n\r\n")
-                req = read_request(conn)
-                if req is None:
-                    break
-                method, target, headers, body = req
-                n += 1
-                log({"t": time.time(), "path": urlsplit(target).path,
-                     "method": method, "headers": headers, "body": body,
-                     "on_connection": n})
-            conn.close()
+            serve_kept(conn, CHUNKED_HEAD + b"5;ext=1\r\nhello\r\n6\r\n world\r\n"
+                       b"0\r\nX-Trailer: t\r\n\r\n")
         elif mode[0] == "closes_kept":
             conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
             req = read_request(conn)

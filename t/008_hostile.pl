@@ -147,8 +147,8 @@ for my $where (qw(status headers body))
 }
 
 # Chunk framing that libcurl refused ("Illegal or missing hexadecimal
-# sequence") is refused on plain http too (http1.c, chunk_bad), not taken
-# for the body's end.
+# sequence") is refused on plain http too (h1parse.c), not taken for the
+# body's end.
 hostile_case('chunk_bad', "$hurl/chunk_bad");
 like(attempt('chunk_bad', "coalesce(status::text, '-') || ' ' || error"),
 	qr/^- .*chunk size line without a size/i,

@@ -3,7 +3,7 @@
  * h1parse.h
  *	  An HTTP/1.1 response parser as a pure function: bytes in, events out
  *	  (h1parse.c).  No allocation, no I/O, nothing of PostgreSQL's, so the
- *	  fuzz target (fuzz/h1_fuzz.c) and the unit cases (test/h1_cases.c)
+ *	  fuzz target (test/h1/fuzz.c) and the unit cases (test/h1/cases.c)
  *	  build it on its own.
  *
  *-------------------------------------------------------------------------

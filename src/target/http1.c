@@ -15,12 +15,12 @@
  * needs 0.30 (README, case 8).  HTTPS stays with libcurl (TLS, HTTP/2).
  *
  * The response is read as libcurl's callbacks would see it: every status
- * and header line through http_response_header, every byte after the
- * headers through http_response_body, so the bounds of http.h and what the
- * attempt log keeps are the same on both paths.  The framing is this
- * file's: a Content-Length, chunks (decoded by http.c's decoder), or the
- * connection's end; 1xx responses are skipped; anything else that is not
- * HTTP/1.x fails the request and closes the connection.
+ * and header line through http_response_header, every byte of the body
+ * through http_response_keep, so the bounds of http.h and what the attempt
+ * log keeps are the same on both paths.  The framing is h1parse.c's: a
+ * Content-Length, chunks, or the connection's end; 1xx responses are
+ * skipped; anything else that is not HTTP/1.x fails the request and closes
+ * the connection.
  *
  * The endpoint's timeout counts from http_submit, connecting included.  A
  * kept connection that the receiver closed before answering (it had timed

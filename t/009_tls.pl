@@ -73,6 +73,26 @@ my $id2 = sql(q{SELECT outbox.emit('tls.event', '{"n": 2}')});
 ok(wait_received($log, sub { grep { $_->{headers}{'webhook-id'} eq $id2 } @_ }),
 	'a new event is delivered over https');
 
+# Trailers.  Over HTTP/1.1 the relay reads libcurl's raw chunked body and
+# its trailer lines itself; over HTTP/2 libcurl hands the trailers (their
+# own HEADERS frame) to the header callback after the head, where they
+# must not be read as the next response's status line: that cleared the
+# head's webhook-delivery, and a 500 asking to disable the endpoint was
+# only retried.
+my ($h2_url, $h2_log, $h2_rx) = start_h2_receiver("$dir/server.crt", "$dir/server.key");
+sql("SELECT outbox.create_endpoint('trailer_h1', '$url/t1?status=500&delivery=disable&trailer=1', '{trail.*}')");
+sql("SELECT outbox.create_endpoint('trailer_h2', '$h2_url/t2?status=500&delivery=disable&trailer=1', '{trail.*}')");
+sql(q{SELECT outbox.emit('trail.event', '{"n": 3}')});
+for my $ep ('trailer_h1', 'trailer_h2')
+{
+	ok($node->poll_query_until('postgres',
+		"SELECT state = 'disabled' FROM outbox.endpoint_status WHERE name = '$ep'"),
+		"$ep: the head's webhook-delivery: disable is read despite the trailer");
+	is(sql("SELECT count(*) || ' ' || min(status) FROM outbox.attempts WHERE endpoint = '$ep'"), '1 500',
+		"$ep: one attempt, answered 500, not retried");
+}
+is(scalar(grep { $_->{version} eq '2' } received($h2_log)), 1, 'the HTTP/2 receiver was asked once');
+
 # The CA file rewritten in place with another CA, and a reload: the
 # connection kept alive from before (verified against the old CA) is
 # closed, and the next event is refused.

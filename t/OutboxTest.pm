@@ -22,7 +22,7 @@ use Time::HiRes qw(usleep);
 
 our @EXPORT = qw(outbox_node start_receiver received wait_received ids_at got_all);
 our @EXPORT_OK = qw(sql lit relay_pid wait_for_relay relay_restarted attempts reload_with log_wait outbox_version
-  start_cloudevents_receiver start_tls_receiver openssl make_certificates emit_keyed_orders
+  start_cloudevents_receiver start_tls_receiver start_h2_receiver openssl make_certificates emit_keyed_orders
   tally_copies);
 our %EXPORT_TAGS = (all => [ @EXPORT, @EXPORT_OK ]);
 
@@ -247,6 +247,17 @@ sub start_tls_receiver
 	return _start_logging_receiver(
 		[ 'python3', dirname(__FILE__) . '/webhook_receiver.py', '--cert', $cert, '--key', $key,
 			defined $client_ca ? ('--client-ca', $client_ca) : () ],
+		'127.0.0.1', 'https');
+}
+
+# start_h2_receiver($cert, $key): t/node/h2_receiver.js, an HTTPS receiver
+# speaking HTTP/2 only, on 127.0.0.1 with that certificate; returns (base
+# https URL, log path, harness).
+sub start_h2_receiver
+{
+	my ($cert, $key) = @_;
+	return _start_logging_receiver(
+		[ 'node', dirname(__FILE__) . '/node/h2_receiver.js', '--cert', $cert, '--key', $key ],
 		'127.0.0.1', 'https');
 }
 

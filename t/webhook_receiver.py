@@ -11,6 +11,7 @@ receiver serves many endpoints at once:
   delivery=V      send "webhook-delivery: V" (abort-message or disable)
   location=URL    send "Location: URL" (with a 3xx status)
   delay=S         wait S seconds before answering
+  trailer=1       answer in chunks, with a trailer line ("x-trailer: 1")
   hold=PATH       wait until the file PATH exists before answering (at most
                   a minute)
   echo=1          answer with the request: {"body": its body as a string,
@@ -225,6 +226,12 @@ class Handler(BaseHTTPRequestHandler):
         elif q.get("echo") == "token":
             token = (self.headers.get("Authorization") or "").split(" ")[-1]
             answer = ("invalid token " + token).encode()
+        if q.get("trailer") == "1":
+            self.send_header("Transfer-Encoding", "chunked")
+            self.send_header("Trailer", "x-trailer")
+            self.end_headers()
+            self.wfile.write(b"%x\r\n%s\r\n0\r\nx-trailer: 1\r\n\r\n" % (len(answer), answer))
+            return
         self.send_header("Content-Length", str(len(answer)))
         self.end_headers()
         self.wfile.write(answer)

@@ -1055,7 +1055,10 @@ take_header(const char *line, size_t len, const char *name, char *dst, size_t ds
 /*
  * Each line of each response's head, 1xx responses included, comes here,
  * from libcurl (header_cb) or from http1.c: they are bounded together by
- * OUTBOX_RESPONSE_HEADERS.  Returns false past it (req->exceeded).
+ * OUTBOX_RESPONSE_HEADERS.  Returns false past it (req->exceeded).  libcurl
+ * also hands over a chunked or HTTP/2 body's trailer lines: after a final
+ * head they are counted and not read, so a trailer is neither taken for a
+ * status line (which would clear what the head said) nor for a header.
  */
 bool
 http_response_header(HttpRequest *req, const char *data, size_t n)
@@ -1069,10 +1072,15 @@ http_response_header(HttpRequest *req, const char *data, size_t n)
 		req->exceeded = "the response's headers (1xx responses included) exceeded 64 kB";
 		return false;
 	}
+	if (req->head_done)
+		return true;
 	if (req->at_status)
 	{
+		const char *sp = memchr(data, ' ', n);
+
 		/* a status line starts a response: its own headers follow */
 		req->at_status = false;
+		req->head_final = !(sp != NULL && sp + 1 < data + n && sp[1] == '1');
 		req->curl_chunked = false;
 		req->te_final_chunked = false;
 		req->delivery[0] = '\0';
@@ -1082,6 +1090,7 @@ http_response_header(HttpRequest *req, const char *data, size_t n)
 	if (n <= 2 && (data[0] == '\r' || data[0] == '\n'))
 	{
 		req->at_status = true;	/* the head's end */
+		req->head_done = req->head_final;
 		return true;
 	}
 	take_header(data, n, "webhook-delivery", req->delivery, sizeof(req->delivery));
@@ -1188,6 +1197,8 @@ http_response_reset(HttpRequest *req)
 	req->headers_read = 0;
 	h1_init(&req->parser);
 	req->at_status = true;
+	req->head_final = false;
+	req->head_done = false;
 	req->curl_chunked = false;
 	req->te_final_chunked = false;
 	req->body_started = false;

@@ -78,6 +78,10 @@ typedef struct HttpRequest
 								 * body after libcurl read the head */
 	bool		at_status;		/* libcurl's next header line is a status
 								 * line */
+	bool		head_final;		/* the head being read is a final one (not
+								 * 1xx) */
+	bool		head_done;		/* a final head ended: lines after it are
+								 * trailers */
 	bool		curl_chunked;	/* libcurl reads the body as chunked */
 	bool		te_final_chunked;	/* Transfer-Encoding ends with chunked */
 	bool		body_started;	/* libcurl handed over body bytes */

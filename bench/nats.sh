@@ -43,7 +43,7 @@ cleanup()
 trap cleanup EXIT
 
 # The server, on a port nothing listens on.
-PORT=$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+PORT=$("$PY" "$(dirname "$0")/free_port.py")
 nats-server -a 127.0.0.1 -p "$PORT" -js -sd "$NWORK/js" >"$NWORK/server.log" 2>&1 &
 SERVER_PID=$!
 stream() { node "$ROOT/t/node/nats_stream.js" "127.0.0.1:$PORT" add "$1" >/dev/null; }

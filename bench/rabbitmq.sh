@@ -32,12 +32,11 @@ log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 sql() { psql -X -q -v ON_ERROR_STOP=1 -At -c "$1"; }
 result() { echo "$1 $2" >>"$RESULTS"; echo "$1 $2"; }
 median() { sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
-free_port() { "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+free_port() { "$PY" "$(dirname "$0")/free_port.py" "$@"; }
 
 [ -d "$ROOT/t/node/node_modules/amqplib" ] ||
 	{ echo "rabbitmq.sh: npm package amqplib missing in t/node (scripts/deps.sh)" >&2; exit 1; }
-PORT=$(free_port)
-EPMD_PORT=$(free_port)
+{ read -r PORT; read -r EPMD_PORT; read -r DIST_PORT; } < <(free_port 3)
 BROKER_PID=
 cleanup()
 {
@@ -50,7 +49,7 @@ trap cleanup EXIT
 # The broker, its files in $AWORK.
 echo '[].' >"$AWORK/enabled_plugins"
 env HOME="$AWORK" RABBITMQ_NODENAME="outboxbench$PORT@localhost" RABBITMQ_NODE_IP_ADDRESS=127.0.0.1 \
-	RABBITMQ_NODE_PORT="$PORT" RABBITMQ_DIST_PORT="$(free_port)" ERL_EPMD_PORT="$EPMD_PORT" \
+	RABBITMQ_NODE_PORT="$PORT" RABBITMQ_DIST_PORT="$DIST_PORT" ERL_EPMD_PORT="$EPMD_PORT" \
 	ERL_EPMD_ADDRESS=127.0.0.1 RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS='-kernel inet_dist_use_interface {127,0,0,1}' \
 	RABBITMQ_BASE="$AWORK" RABBITMQ_MNESIA_BASE="$AWORK/mnesia" RABBITMQ_LOG_BASE="$AWORK/log" \
 	RABBITMQ_CONFIG_FILE="$AWORK/rabbitmq" RABBITMQ_ADVANCED_CONFIG_FILE="$AWORK/advanced.config" \

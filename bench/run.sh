@@ -186,10 +186,8 @@ build_extension()
 	fi
 }
 
-free_port()
-{
-	"$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
+# free_port [N]: N (1) distinct ports below 32768 nothing listens on.
+free_port() { "$PY" "$BENCH/free_port.py" "$@"; }
 
 psql_q() { "$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 "$@"; }
 sql() { psql_q -At -c "$1"; }
@@ -281,12 +279,8 @@ wait_for_port()
 
 start_receivers()
 {
-	NGINX_PORT=$(free_port)
-	TLS_PORT=$(free_port)
-	MTLS_PORT=$(free_port)
-	HANG_PORT=$(free_port)
-	BIG_PORT=$(free_port)
-	SLOW_PORT=$(free_port)
+	{ read -r NGINX_PORT; read -r TLS_PORT; read -r MTLS_PORT
+	  read -r HANG_PORT; read -r BIG_PORT; read -r SLOW_PORT; } < <(free_port 6)
 	mkdir -p "$WORK/nginx-body"
 	sed -e "s|@DIR@|$WORK|g" -e "s|@PORT@|$NGINX_PORT|g" -e "s|@TLSPORT@|$TLS_PORT|g" \
 		-e "s|@MTLSPORT@|$MTLS_PORT|g" -e "s|@TOKEN@|$OAUTH2_TOKEN|g" \

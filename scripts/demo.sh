@@ -81,7 +81,7 @@ make -s -C "$WORK/build" PG_CONFIG="$PG_CONFIG" install
 echo "installed into $("$PG_CONFIG" --pkglibdir)"
 
 heading "start a throwaway server"
-PGPORT_DEMO=$(first_free_port 54329)
+PGPORT_DEMO=$(first_free_port 25432)
 as_postgres "$PGBIN/initdb" -D "$DATA" -A trust -U postgres --no-sync >/dev/null
 cat >>"$DATA/postgresql.conf" <<EOF
 # outbox demo

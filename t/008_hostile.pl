@@ -28,7 +28,8 @@ sub start_hostile
 	my $hdir = PostgreSQL::Test::Utils::tempdir();
 	my $hlog = "$hdir/hostile.jsonl";
 	my $rx = IPC::Run::start([ 'python3', "$FindBin::Bin/hostile_receiver.py",
-		'--log', $hlog, '--port-file', "$hdir/port" ]);
+		'--log', $hlog, '--port-file', "$hdir/port",
+		'--port', PostgreSQL::Test::Cluster::get_free_port() ]);
 	for (my $i = 0; $i < 100 && !-e "$hdir/port"; $i++) { usleep(100_000); }
 	die 'hostile receiver did not start' unless -e "$hdir/port";
 	return ('http://127.0.0.1:' . PostgreSQL::Test::Utils::slurp_file("$hdir/port"), $hlog, $rx);

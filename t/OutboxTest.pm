@@ -208,8 +208,9 @@ sub outbox_version
 }
 
 # Start a receiver script given as a command (its arguments up to
-# --log, --port-file and --host, which are added) listening on $host;
-# returns (base URL, log path, harness).  It is stopped however the test
+# --log, --port-file, --host and --port, which are added) listening on
+# $host, on a free port below 32768: the ephemeral range above it is where
+# the relay's own outgoing connections take their ports.  Returns (base URL, log path, harness).  It is stopped however the test
 # ends.
 sub _start_logging_receiver
 {
@@ -218,7 +219,8 @@ sub _start_logging_receiver
 	my $log = "$dir/received.jsonl";
 	my $port_file = "$dir/port";
 	my $h = IPC::Run::start(
-		[ @$cmd, '--log', $log, '--port-file', $port_file, '--host', $host ]);
+		[ @$cmd, '--log', $log, '--port-file', $port_file, '--host', $host,
+			'--port', PostgreSQL::Test::Cluster::get_free_port() ]);
 	push @receivers, $h;
 	for (my $i = 0; $i < 100 && !-e $port_file; $i++)
 	{
@@ -226,6 +228,7 @@ sub _start_logging_receiver
 	}
 	die "receiver did not start: @$cmd" unless -e $port_file;
 	my $port = PostgreSQL::Test::Utils::slurp_file($port_file);
+	die "receiver listens on $port, in the ephemeral range: @$cmd" if $port >= 32768;
 	return (($scheme // 'http') . "://$host:$port", $log, $h);
 }
 

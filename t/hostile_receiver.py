@@ -357,12 +357,13 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--log", required=True)
     ap.add_argument("--port-file", required=True)
+    ap.add_argument("--port", type=int, default=0)
     args = ap.parse_args()
     log_path = args.log
     open(log_path, "a").close()
     srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    srv.bind(("127.0.0.1", 0))
+    srv.bind(("127.0.0.1", args.port))
     srv.listen(128)
     with open(args.port_file + ".tmp", "w") as f:
         f.write(str(srv.getsockname()[1]))

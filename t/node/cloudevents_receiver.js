@@ -4,7 +4,7 @@
 // checks its Standard Webhooks signature with the secret it is given.
 //
 //   node cloudevents_receiver.js --log FILE --port-file FILE --secret whsec_...
-//                                [--host 127.0.0.1]
+//                                [--host 127.0.0.1] [--port N]
 //
 // Every request is answered 204 and appended to the log as one JSON line:
 // path, lower-cased headers, the raw body, "signature" (true when one of
@@ -33,6 +33,7 @@ function option(name, fallback) {
 const logFile = option("log");
 const portFile = option("port-file");
 const host = option("host", "127.0.0.1");
+const port = Number(option("port", "0"));
 const secret = option("secret");
 const key = Buffer.from(secret.replace(/^whsec_/, ""), "base64");
 
@@ -84,7 +85,7 @@ const server = http.createServer((req, res) => {
   });
 });
 
-server.listen(0, host, () => {
+server.listen(port, host, () => {
   fs.writeFileSync(portFile + ".tmp", String(server.address().port));
   fs.renameSync(portFile + ".tmp", portFile);
 });

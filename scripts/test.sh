@@ -9,6 +9,8 @@
 # A part of the suite: OUTBOX_TIERS lists the tiers to run (unit, regress,
 # isolation, tap; all by default) and PROVE_TESTS the TAP files, e.g.
 #   OUTBOX_TIERS=tap PROVE_TESTS="t/008_hostile.pl" bash scripts/test.sh
+# and PROVE_VERBOSE=1 prints each TAP test's lines (the figures in their
+# names).
 # The extension is installed into the one PostgreSQL of the machine, so
 # runs from two checkouts take turns (a lock on /tmp/outbox-test.lock).
 set -euo pipefail
@@ -178,7 +180,7 @@ TIERS=" ${OUTBOX_TIERS:-unit regress isolation tap} "
 [[ $TIERS == *" isolation "* ]] && run_tier isolation REGRESS= TAP_TESTS=
 if [[ $TIERS == *" tap "* ]] && compgen -G "$SCRATCH/t/*.pl" >/dev/null; then
 	# --timer: each file's time, to keep the suite within its budget.
-	run_tier tap REGRESS= ISOLATION= PROVE_FLAGS=--timer ${PROVE_TESTS:+PROVE_TESTS="$PROVE_TESTS"}
+	run_tier tap REGRESS= ISOLATION= PROVE_FLAGS="--timer ${PROVE_VERBOSE:+-v}" ${PROVE_TESTS:+PROVE_TESTS="$PROVE_TESTS"}
 fi
 
 # Every tier asked for runs whole: a file that skips (a server or package

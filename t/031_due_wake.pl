@@ -4,7 +4,9 @@
 #   schedule's ±20% jitter) apart, each within 100 ms of that;
 # - an event emitted with deliver_at 2 s ahead is sent within 100 ms of it,
 #   and so is one whose deliver_at falls before a retry already waiting;
-# - an endpoint's rate limit lets its next request go when a token is there.
+# - an endpoint's rate limit lets its next request go when a token is there;
+# - a retry already due when its failure is recorded (retry_schedule '0s')
+#   is sent at once.
 # Times are the receiver's clock against the database's (one machine).
 use strict;
 use warnings;
@@ -84,6 +86,17 @@ ok(wait_count('/limited', 4), 'the rate-limited events arrived under a 1 h poll 
 my @l = times_at('/limited');
 my $last_gap = $l[3] - $l[2];
 ok($last_gap >= 0.4 && $last_gap <= 0.5 + $slack, sprintf('the last came %.3f s after the one before it (2 a second)', $last_gap));
+
+# 5. retry_schedule '0s': each retry is due when its failure is recorded,
+# before the relay's wait starts; it is sent at once, not at the next poll.
+$offset = -s $node->logfile;
+$node->safe_psql('postgres', q{ALTER SYSTEM SET outbox.retry_schedule = '0s'; SELECT pg_reload_conf()});
+log_wait(qr/outbox relay reloaded its configuration/, $offset) or die 'no reload';
+sql(qq{SELECT outbox.create_endpoint('at_once', '$url/at_once?status=500', ARRAY['t.at_once'], max_attempts => 3)});
+sql(q{SELECT outbox.emit('t.at_once', '{}')});
+ok(wait_count('/at_once', 3), 'an attempt and two retries due at once arrived under a 1 h poll interval');
+my @z = times_at('/at_once');
+ok($z[2] - $z[0] <= 2 * $slack, sprintf('the two retries came within %.3f s of the first attempt', $z[2] - $z[0]));
 
 $node->stop;
 $receiver->kill_kill;

@@ -128,6 +128,8 @@ typedef struct Delivery
 	int			attempt;		/* this attempt's number, 1-based */
 	bool		deferred;		/* not sent now: deliver_at is later, or an
 								 * earlier event of its key is still owed */
+	bool		behind_key;		/* deferred behind an earlier event of its
+								 * key: that one's retry wakes the relay */
 	bool		already;		/* answered with a 2xx before a restart */
 	bool		expired;		/* not sent: its deadline passed */
 	bool		recorded;		/* its outcome is committed */

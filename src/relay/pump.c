@@ -341,6 +341,7 @@ pump_batch(Batch *b, int limit, int slots, TimestampTz now)
 			if (prev->outcome != OUTCOME_KIND_DELIVERED && prev->outcome != OUTCOME_KIND_DEAD &&
 				prev->outcome != OUTCOME_KIND_ALREADY && prev->outcome != OUTCOME_KIND_EXPIRED)
 			{
+				d->behind_key = true;
 				delivery_defer(d, GetCurrentTimestamp());
 				continue;
 			}

@@ -137,7 +137,8 @@ static TimestampTz last_record_at = 0;
 /*
  * When the earliest retry or deferred event not yet due comes due (0: none
  * known): a full round runs then, whatever outbox.poll_interval says.  Read
- * at each full round, lowered by each outcome recorded with a later next_at.
+ * at each full round, lowered by each retry or deferred outcome recorded
+ * with an earlier next_at, one already past included (outcome_rows).
  */
 static TimestampTz next_due = 0;
 
@@ -411,6 +412,7 @@ first_attempt(Delivery *d, bool blocked, TimestampTz now)
 {
 	if (blocked)
 		d->deliver_at = now;
+	d->behind_key = blocked;
 	d->deferred = blocked || (d->deliver_at != 0 && d->deliver_at > now);
 	d->attempt = d->deferred ? 0 : 1;
 }
@@ -1210,12 +1212,10 @@ outcome_rows(const RecordRound *r, OutcomeRow **rows)
 {
 	int			total = 0;
 	int			n = 0;
-	TimestampTz now;
 
 	for (int i = 0; i < r->nbatches; i++)
 		total += r->batches[i]->n;
 	*rows = palloc(sizeof(OutcomeRow) * Max(total, 1));
-	now = GetCurrentTimestamp();
 	for (int i = 0; i < r->nbatches; i++)
 	{
 		Batch	   *b = r->batches[i];
@@ -1235,8 +1235,15 @@ outcome_rows(const RecordRound *r, OutcomeRow **rows)
 			o->attempt = d->attempt;
 			o->outcome = d->outcome;
 			o->next_at = d->next_at;
-			/* (one waiting behind its key is due now: due_again has it) */
-			if (d->next_at > now && (next_due == 0 || d->next_at < next_due))
+			/*
+			 * A retry, or an event deferred to its deliver_at, ends the
+			 * loop's wait when it comes due: at once when that passed while
+			 * it waited for this record.  One behind its key waits for that
+			 * key's retry (or due_again).
+			 */
+			if ((d->outcome == OUTCOME_KIND_RETRY || d->outcome == OUTCOME_KIND_DEFERRED) &&
+				!d->behind_key && d->next_at != 0 &&
+				(next_due == 0 || d->next_at < next_due))
 				next_due = d->next_at;
 			o->sent = delivery_was_sent(d);
 			o->status = d->result.status;

@@ -10,7 +10,8 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 # Pages of 50; no retry comes due during the test; one full read round
-# per 200 ms (outbox_node's poll_interval).
+# per 200 ms (outbox_node's poll_interval), and one when a deliver_at
+# comes due.
 my $node = outbox_node('circuit', conf => "outbox.retry_schedule = '1h'\noutbox.batch_size = 50\n");
 my ($url, $log, $receiver) = start_receiver();
 
@@ -38,6 +39,19 @@ SELECT (SELECT extract(epoch FROM max(at) - min(at))
 cmp_ok($span, '>=', 1.6, "its last ten attempts were probes, about one per poll (over ${span} s)");
 cmp_ok($tried, '<', 100, "it was probed, not flooded ($tried attempts of 500)");
 cmp_ok($waiting, '>=', 400, "its backlog waits at its position ($waiting events waiting)");
+
+# Full rounds also run whenever something comes due: here 40 events for
+# the healthy endpoint with a deliver_at 50 ms apart, a full round each.
+# They do not probe the failing endpoint faster than once per poll.
+my $t0 = sql('SELECT extract(epoch FROM clock_timestamp())');
+sql(q{SELECT outbox.emit('t.up', jsonb_build_object('late', g), deliver_at => now() + g * interval '50 ms')
+        FROM generate_series(1, 40) g});
+ok(wait_received($log, sub { grep({ $_->{path} eq '/up' } @_) >= 540 }), 'the 40 delayed events arrived');
+my ($probes, $over) = split /\|/, sql(qq{
+SELECT count(*), round((extract(epoch FROM clock_timestamp()) - $t0)::numeric, 2)
+  FROM outbox.attempts WHERE endpoint = 'down' AND at > to_timestamp($t0)});
+cmp_ok($probes, '<=', $over / 0.2 + 2,
+	"rounds for what came due did not add probes ($probes probes in $over s, one per 0.2 s poll)");
 
 # Once it answers, everything flows.
 sql("SELECT outbox.alter_endpoint('down', url => '$url/down_healed')");

@@ -73,6 +73,8 @@ typedef struct RelayEndpoint
 	bool		verify_page;	/* skip events already answered with a 2xx: */
 	bool		verify_due;		/* set at start and after a failed record */
 	int			consecutive_failures;	/* since the last 2xx, in this relay */
+	TimestampTz probed_at;		/* failing without pause: the full round
+								 * that last read it a probe page */
 	int			retry_failures; /* of those, in a row, that ask to try again:
 								 * no answer in time, a 5xx, a 429 */
 	TimestampTz failed_at;		/* the last of those, in this relay */

@@ -141,6 +141,8 @@ static TimestampTz last_record_at = 0;
  * with an earlier next_at, one already past included (outcome_rows).
  */
 static TimestampTz next_due = 0;
+/* When the last full round started (the main loop's last_read). */
+static TimestampTz full_round_at = 0;
 
 /*
  * Endpoints that do not follow the stream and may read on their own
@@ -386,14 +388,17 @@ run_step(const char *activity, StepFunc step, void *arg)
 
 /*
  * When an endpoint may read: a page of new events if none is in flight
- * (one failing without pause only in a full round, to probe it), its due
- * retries if none are in flight and a full round or a recorded batch asks.
+ * (one failing without pause only to probe it, in a full round at least
+ * outbox.poll_interval after its last probe: full rounds also run whenever
+ * a retry or a deliver_at comes due), its due retries if none are in
+ * flight and a full round or a recorded batch asks.
  */
 static bool
 may_read_page(const RelayEndpoint *ep, bool full)
 {
 	return ep->active && !ep->follows && ep->page == NULL &&
-		(ep->consecutive_failures < CIRCUIT_FAILURES || full);
+		(ep->consecutive_failures < CIRCUIT_FAILURES ||
+		 (full && TimestampDifferenceExceeds(ep->probed_at, full_round_at, outbox_poll_interval)));
 }
 
 static bool
@@ -1050,6 +1055,8 @@ read_step(void *arg)
 		if (may_read_page(ep, full))
 		{
 			ep->more_page = false;
+			if (ep->consecutive_failures >= CIRCUIT_FAILURES)
+				ep->probed_at = full_round_at;
 			ep->page = read_own_page(ep);
 			if (ep->page)
 			{
@@ -1806,6 +1813,7 @@ outbox_relay_main(Datum arg)
 	if (!extension_absent)
 		senders_start(dbname);
 	last_rotate = GetCurrentTimestamp();
+	full_round_at = GetCurrentTimestamp();
 	if (!extension_absent)
 		read_round(true);
 	if (extension_absent)
@@ -1859,6 +1867,7 @@ outbox_relay_main(Datum arg)
 			next_due = 0;
 			seen_version = version;
 			last_read = now;
+			full_round_at = now;
 			note_wake();
 			read_round(true);
 			count_since(RELAY_SQL_US, now);

@@ -24,7 +24,8 @@
  *   - Content-Length is digits (a list of equal values counts once); two
  *     values that differ are refused;
  *   - a chunk size is hex digits followed only by white space, chunk
- *     extensions (";...") and the line's end;
+ *     extensions (";...") and the line's end, and a trailer line is a
+ *     field (a token, a colon, a value without NUL or bare CR);
  *   - an obs-fold line is refused after Content-Length or
  *     Transfer-Encoding and closes the connection after any other field.
  * The connection is kept (keep) only when the head leaves no doubt:
@@ -67,7 +68,9 @@ enum
 	C_DATA_CR,					/* the line end after a chunk's data */
 	C_DATA_LF,					/* its LF after the CR */
 	C_TRAILER_START,			/* the start of a trailer line (or the end) */
-	C_TRAILER,					/* inside a trailer line */
+	C_TRAILER_NAME,				/* a trailer field's name */
+	C_TRAILER,					/* a trailer field's value */
+	C_TRAILER_LF,				/* the LF after a trailer line's CR */
 	C_END_LF					/* the LF of the last line */
 };
 
@@ -160,10 +163,19 @@ te_element(const char *e, size_t n, void *arg)
 {
 	size_t		name = 0;
 
+	size_t		rest;
+
 	while (name < n && is_tchar((unsigned char) e[name]))
 		name++;
-	/* a coding's parameters follow a ';' */
-	*(int *) arg = word_is(e, name, "chunked") ? 1 : 0;
+	/*
+	 * A coding's parameters follow a ';'.  Anything else after its name
+	 * ("chunked x") makes an element that names no coding known here, as
+	 * a coding that is not chunked: the body is not read as chunks.
+	 */
+	rest = name;
+	while (rest < n && is_ows(e[rest]))
+		rest++;
+	*(int *) arg = word_is(e, name, "chunked") && (rest == n || e[rest] == ';') ? 1 : 0;
 	return true;
 }
 
@@ -354,7 +366,8 @@ header_line(H1Parser *p, const char *s, size_t n)
 	p->last_field = F_OTHER;
 	if (word_is(s, colon - s, "content-length"))
 	{
-		if (!each_element(value, vlen, length_element, &p->length) || p->length < 0)
+		/* (an empty line beside another is no number either) */
+		if (vlen == 0 || !each_element(value, vlen, length_element, &p->length) || p->length < 0)
 			return fail(p, "the response's Content-Length is not one number");
 		p->last_field = F_LENGTH;
 	}
@@ -515,12 +528,29 @@ chunks(H1Parser *p, const char *data, size_t len, bool at_end,
 					p->taken += i;
 					return H1_DONE;
 				}
+				else if (is_tchar(c))
+					p->chunk_state = C_TRAILER_NAME;
 				else
+					return fail(p, "the response has a trailer line that is not a header field");
+				break;
+			case C_TRAILER_NAME:
+				if (c == ':')
 					p->chunk_state = C_TRAILER;
+				else if (!is_tchar(c))
+					return fail(p, "the response has a trailer line that is not a header field");
 				break;
 			case C_TRAILER:
-				if (c == '\n')
+				if (c == '\r')
+					p->chunk_state = C_TRAILER_LF;
+				else if (c == '\n')
 					p->chunk_state = C_TRAILER_START;
+				else if (c == '\0')
+					return fail(p, "the response has a NUL in a trailer line");
+				break;
+			case C_TRAILER_LF:
+				if (c != '\n')
+					return fail(p, "the response has a CR without LF in its chunk framing");
+				p->chunk_state = C_TRAILER_START;
 				break;
 			case C_END_LF:
 				if (c != '\n')

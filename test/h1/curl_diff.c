@@ -63,6 +63,9 @@ static const struct
 	{"chunked not final: to the end",
 	"libcurl refuses the coding list; the parser reads to the connection's end since chunked is not final (RFC "
 	"9112 6.3)"},
+	{"chunked followed by a word: not chunked",
+	"libcurl refuses the coding; \"chunked x\" is no chunked coding, so the parser reads to the connection's end "
+	"(RFC 9112 6.3)"},
 	{"chunked, then another line: not final",
 	"libcurl decodes chunks and then finds the stream cut; the final coding is identity, so the parser reads to "
 	"the connection's end (RFC 9112 6.3)"},
@@ -72,6 +75,9 @@ static const struct
 	/* libcurl reads on where the parser refuses */
 	{"a folded Content-Length",
 	"libcurl keeps the first length; a folded length leaves the body's end in doubt: refused"},
+	{"a folded trailer",
+	"libcurl passes the folded trailer line on; RFC 9112 7.1.2 makes trailers fields, and obs-fold is refused "
+	"(5.2)"},
 	{"white space before the colon",
 	"libcurl takes no length from the field and reads to the end; RFC 9112 5.1: such a field is rejected"},
 	{"a bare CR",

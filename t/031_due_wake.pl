@@ -6,7 +6,8 @@
 #   and so is one whose deliver_at falls before a retry already waiting;
 # - an endpoint's rate limit lets its next request go when a token is there;
 # - a retry already due when its failure is recorded (retry_schedule '0s')
-#   is sent at once.
+#   is sent at once;
+# - a full round that failed is tried again a second later.
 # Times are the receiver's clock against the database's (one machine).
 use strict;
 use warnings;
@@ -15,6 +16,7 @@ use lib $FindBin::Bin;
 use OutboxTest qw(:all);
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Time::HiRes qw(usleep);
 
 my $node = outbox_node('due_wake', conf => qq{
 outbox.poll_interval = '1h'
@@ -97,6 +99,43 @@ sql(q{SELECT outbox.emit('t.at_once', '{}')});
 ok(wait_count('/at_once', 3), 'an attempt and two retries due at once arrived under a 1 h poll interval');
 my @z = times_at('/at_once');
 ok($z[2] - $z[0] <= 2 * $slack, sprintf('the two retries came within %.3f s of the first attempt', $z[2] - $z[0]));
+
+# 6. A full round that fails (its lock on outbox.retries timed out) is
+# tried again a second later, not at the next poll: a retry due while
+# another session held the table is sent soon after the lock goes.
+$offset = -s $node->logfile;
+$node->safe_psql('postgres', q{ALTER SYSTEM SET outbox.retry_schedule = '1s'; SELECT pg_reload_conf()});
+log_wait(qr/outbox relay reloaded its configuration/, $offset) or die 'no reload';
+sql(qq{SELECT outbox.create_endpoint('locked_out', '$url/locked_out?status=500', ARRAY['t.locked_out'],
+       max_attempts => 2)});
+sql(q{SELECT outbox.emit('t.locked_out', '{}')});
+ok(wait_count('/locked_out', 1), 'the failing attempt arrived');
+ok($node->poll_query_until('postgres', q{
+SELECT count(*) = 1 FROM outbox.retries r JOIN outbox.endpoints e ON e.id = r.endpoint_id
+ WHERE e.name = 'locked_out'}), 'its retry is recorded');
+# (the holder prints when its commit released the lock, last)
+my $held_out = '';
+my $holder = IPC::Run::start([ 'psql', '-X', '-q', '-At', '-d', $node->connstr('postgres'),
+	'-c', 'BEGIN', '-c', 'LOCK TABLE outbox.retries IN ACCESS EXCLUSIVE MODE', '-c', 'SELECT pg_sleep(3)',
+	'-c', 'COMMIT', '-c', 'SELECT extract(epoch FROM clock_timestamp())' ], '>', \$held_out);
+ok($node->poll_query_until('postgres', q{
+SELECT EXISTS (SELECT 1 FROM pg_locks WHERE relation = 'outbox.retries'::regclass
+                 AND mode = 'AccessExclusiveLock' AND granted)}), 'another session holds outbox.retries');
+$holder->finish;
+my ($released) = $held_out =~ /([0-9.]+)\s*$/ or die "the lock's holder said: $held_out";
+my $sent = 0;
+for (my $i = 0; $i < 150 && !$sent; $i++)
+{
+	$sent = scalar(times_at('/locked_out')) >= 2;
+	usleep(100_000) unless $sent;
+}
+ok($sent, 'the retry was sent under a 1 h poll interval');
+my (undef, $retried) = times_at('/locked_out');
+# (after the release: the round waiting then, or the next a second after
+# a failed one; a step of another kind may wait out its own lock first)
+ok(defined $retried && $retried - $released <= 3,
+	defined $retried ? sprintf('it came %.3f s after the lock\'s release (a failed round is tried again after 1 s)',
+		$retried - $released) : 'it came after the lock\'s release');
 
 $node->stop;
 $receiver->kill_kill;

@@ -72,6 +72,12 @@
 /* After a record failed or found its endpoint busy, try again after this. */
 #define RECORD_RETRY_MS		200
 /*
+ * After a full round failed (a lock timed out, say), the next comes after
+ * this, whatever outbox.poll_interval says: what it did not read (retries
+ * due, the time of the next) would otherwise wait for the poll.
+ */
+#define READ_RETRY_MS		1000
+/*
  * An endpoint whose sent outcomes a record had counted in its health row
  * less than this ago, and none a failure for this long, is left out of the
  * health statement for successes alone (outbox._record's quiet): the row
@@ -1160,6 +1166,13 @@ read_round(bool full)
 		foreach(lc, own_readers)
 			((RelayEndpoint *) lfirst(lc))->more_page = false;
 		stream_more = false;
+		if (full)
+		{
+			TimestampTz again = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), READ_RETRY_MS);
+
+			if (next_due == 0 || next_due > again)
+				next_due = again;
+		}
 		return;
 	}
 	list_free(attached_now);

@@ -20,20 +20,9 @@ const crypto = require("crypto");
 const fs = require("fs");
 const http = require("http");
 const { HTTP } = require("cloudevents");
-
-function option(name, fallback) {
-  const i = process.argv.indexOf("--" + name);
-  if (i < 0 || i + 1 >= process.argv.length) {
-    if (fallback === undefined) throw new Error("--" + name + " is required");
-    return fallback;
-  }
-  return process.argv[i + 1];
-}
+const { option, listen } = require("./receiver_options");
 
 const logFile = option("log");
-const portFile = option("port-file");
-const host = option("host", "127.0.0.1");
-const port = Number(option("port", "0"));
 const secret = option("secret");
 const key = Buffer.from(secret.replace(/^whsec_/, ""), "base64");
 
@@ -85,9 +74,6 @@ const server = http.createServer((req, res) => {
   });
 });
 
-server.listen(port, host, () => {
-  fs.writeFileSync(portFile + ".tmp", String(server.address().port));
-  fs.renameSync(portFile + ".tmp", portFile);
-});
+listen(server);
 
 process.on("SIGTERM", () => process.exit(0));

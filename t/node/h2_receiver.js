@@ -14,20 +14,9 @@
 
 const fs = require("fs");
 const http2 = require("http2");
-
-function option(name, fallback) {
-  const i = process.argv.indexOf("--" + name);
-  if (i < 0 || i + 1 >= process.argv.length) {
-    if (fallback === undefined) throw new Error("--" + name + " is required");
-    return fallback;
-  }
-  return process.argv[i + 1];
-}
+const { option, listen } = require("./receiver_options");
 
 const logFile = option("log");
-const portFile = option("port-file");
-const host = option("host", "127.0.0.1");
-const port = Number(option("port", "0"));
 const server = http2.createSecureServer({
   key: fs.readFileSync(option("key")),
   cert: fs.readFileSync(option("cert")),
@@ -58,7 +47,4 @@ server.on("stream", (stream, headers) => {
   });
 });
 server.on("sessionError", () => {});
-server.listen(port, host, () => {
-  fs.writeFileSync(portFile + ".tmp", String(server.address().port));
-  fs.renameSync(portFile + ".tmp", portFile);
-});
+listen(server);

@@ -199,10 +199,7 @@ origin_of(const char *url)
 	if (o == NULL)
 	{
 		prune_origins();
-		/* out of memory: NULL, as for a URL not ours (no ERROR here) */
-		o = (Origin *) hash_search(origins, key, HASH_ENTER_NULL, &found);
-		if (o == NULL)
-			return NULL;
+		o = (Origin *) hash_search(origins, key, HASH_ENTER, &found);
 		dlist_init(&o->idle);
 		o->conns = 0;
 		o->usable = host_header(url, o->host, sizeof(o->host));
@@ -540,19 +537,10 @@ http1_connected(HttpRequest *req, pgsocket fd, uint32 generation)
 		unconnected(req, fd);
 		return;
 	}
-	/*
-	 * The origin may have been pruned since http1_submit (it had no
-	 * connection then): looked up again, and made again if need be.
-	 */
-	c->origin = origin_of(req->url);
-	if (c->origin == NULL)
-	{
-		free(c);
-		unconnected(req, fd);
-		return;
-	}
 	c->fd = fd;
 	c->generation = generation;
+	c->origin = origin_of(req->url);
+	Assert(c->origin != NULL);
 	c->origin->conns++;
 	conns[fd] = c;
 	start(c, req);

@@ -72,9 +72,10 @@
 /* After a record failed or found its endpoint busy, try again after this. */
 #define RECORD_RETRY_MS		200
 /*
- * After a full round failed (a lock timed out, say), the next comes after
- * this, whatever outbox.poll_interval says: what it did not read (retries
- * due, the time of the next) would otherwise wait for the poll.
+ * After a read round failed (a lock timed out, say), a full round comes
+ * after this, whatever outbox.poll_interval says: what it did not read
+ * (new events, retries due, the time of the next) would otherwise wait for
+ * the poll or the next commit.
  */
 #define READ_RETRY_MS		1000
 /*
@@ -144,7 +145,7 @@ static TimestampTz last_record_at = 0;
  * When the earliest retry or deferred event not yet due comes due (0: none
  * known): a full round runs then, whatever outbox.poll_interval says.  Read
  * at each full round, lowered by each retry or deferred outcome recorded
- * with an earlier next_at, one already past included (outcome_rows).
+ * with an earlier next_at, one already past included (wake_when_due).
  */
 static TimestampTz next_due = 0;
 /* When the last full round started (the main loop's last_read). */
@@ -914,7 +915,7 @@ read_ahead(void)
 
 /*
  * How many new events an endpoint reading on its own reads at once.  One
- * failing without pause gets one per full round to probe it, besides its
+ * failing without pause gets one per outbox.poll_interval to probe it, besides its
  * due retries: its backlog waits at its position instead of costing the
  * other endpoints the relay's time.  One whose cap is cut (pump_endpoint_cap:
  * it failed, or lagged behind the stream) reads twice its cap: a read
@@ -1166,7 +1167,6 @@ read_round(bool full)
 		foreach(lc, own_readers)
 			((RelayEndpoint *) lfirst(lc))->more_page = false;
 		stream_more = false;
-		if (full)
 		{
 			TimestampTz again = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), READ_RETRY_MS);
 
@@ -1207,6 +1207,22 @@ read_round(bool full)
 		}
 		dlist_push_tail(&active, &b->node);
 	}
+}
+
+/*
+ * A recorded retry, or an event deferred to its deliver_at, ends the
+ * loop's wait when it comes due (next_due): at once when that passed while
+ * it waited for its record.  Only once the record committed: a record
+ * declined or failed is tried again, and wakes nothing meanwhile.  One
+ * deferred behind its key waits for that key's retry (or due_again).
+ */
+static void
+wake_when_due(const Delivery *d)
+{
+	if ((d->outcome == OUTCOME_KIND_RETRY || d->outcome == OUTCOME_KIND_DEFERRED) &&
+		!d->behind_key && d->next_at != 0 &&
+		(next_due == 0 || d->next_at < next_due))
+		next_due = d->next_at;
 }
 
 /* What record_step records, and what each batch in it is. */
@@ -1255,16 +1271,6 @@ outcome_rows(const RecordRound *r, OutcomeRow **rows)
 			o->attempt = d->attempt;
 			o->outcome = d->outcome;
 			o->next_at = d->next_at;
-			/*
-			 * A retry, or an event deferred to its deliver_at, ends the
-			 * loop's wait when it comes due: at once when that passed while
-			 * it waited for this record.  One behind its key waits for that
-			 * key's retry (or due_again).
-			 */
-			if ((d->outcome == OUTCOME_KIND_RETRY || d->outcome == OUTCOME_KIND_DEFERRED) &&
-				!d->behind_key && d->next_at != 0 &&
-				(next_due == 0 || d->next_at < next_due))
-				next_due = d->next_at;
 			o->sent = delivery_was_sent(d);
 			o->status = d->result.status;
 			o->error = d->result.error;
@@ -1651,7 +1657,11 @@ record_round(void)
 		note_health(b, now);
 		for (int j = 0; j < b->n; j++)
 			if (b->d[j].state == DELIVERY_DONE)
+			{
+				if (!b->d[j].recorded)
+					wake_when_due(&b->d[j]);
 				b->d[j].recorded = true;
+			}
 		b->unrecorded = 0;
 		/*
 		 * Disabled now: read nothing more for it until resumed, and stop

@@ -197,6 +197,16 @@ h1_te_final_chunked(const char *value, size_t len, bool *chunked)
 	return true;
 }
 
+/* Is there a digit in s[0..n)? */
+static bool
+has_digit(const char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (is_digit(s[i]))
+			return true;
+	return false;
+}
+
 /* A Content-Length element: digits, the same number as any before it. */
 static bool
 length_element(const char *e, size_t n, void *arg)
@@ -366,8 +376,9 @@ header_line(H1Parser *p, const char *s, size_t n)
 	p->last_field = F_OTHER;
 	if (word_is(s, colon - s, "content-length"))
 	{
-		/* (an empty line beside another is no number either) */
-		if (vlen == 0 || !each_element(value, vlen, length_element, &p->length) || p->length < 0)
+		/* (a line of no element, beside another, is no number either) */
+		if (!has_digit(value, vlen) ||
+			!each_element(value, vlen, length_element, &p->length) || p->length < 0)
 			return fail(p, "the response's Content-Length is not one number");
 		p->last_field = F_LENGTH;
 	}

@@ -98,6 +98,8 @@ static const Case cases[] = {
 	"error: the response's Content-Length is not one number|200||0"},
 	{"an empty length after a length", OK200 "Content-Length: 2\r\nContent-Length:\r\n\r\nok", false,
 	"error: the response's Content-Length is not one number|200||0"},
+	{"a length of no element after a length", OK200 "Content-Length: 2\r\nContent-Length: ,\r\n\r\nok", false,
+	"error: the response's Content-Length is not one number|200||0"},
 	{"a trailer that is not a field", OK200 "Transfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\nno field\r\n\r\n",
 	false, "error: the response has a trailer line that is not a header field|200|ok|0"},
 	{"a folded trailer", OK200 "Transfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\nX-A: b\r\n c\r\n\r\n",

@@ -36,14 +36,9 @@ sub start_hostile
 }
 my ($hurl, $hlog, $hostile_rx) = start_hostile();
 
-# A port nobody listens on: bound, then closed.
-my $closed_port;
-{
-	my $s = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0, Proto => 'tcp')
-	  or die "cannot bind: $!";
-	$closed_port = $s->sockport;
-	close $s;
-}
+# A port nobody listens on, below the ephemeral range (a connection to a
+# closed port in it may meet itself: TCP's simultaneous open).
+my $closed_port = PostgreSQL::Test::Cluster::get_free_port();
 
 # Peak and current resident memory of a process, in kB.
 sub memory_kb

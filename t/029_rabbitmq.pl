@@ -326,7 +326,8 @@ diag(sprintf('rabbitmq tls: %d s, and %d s for the certificates', time() - $t_cr
 # out the endpoint's timeout in the publisher's thread, and meanwhile the
 # relay goes on delivering to the other endpoints (the silent one's part of
 # the stream's page is left behind as a laggard).
-my $silent = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0, Listen => 5, ReuseAddr => 1)
+my $silent = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => PostgreSQL::Test::Cluster::get_free_port(),
+	Listen => 5, ReuseAddr => 1)
   or die "cannot listen: $!";
 my $silent_port = $silent->sockport;
 sql("SELECT outbox.create_endpoint('r_silent', 'amqp://127.0.0.1:$silent_port/?exchange=orders', '{silent.test}',

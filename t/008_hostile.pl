@@ -12,7 +12,6 @@ use strict;
 use warnings;
 use FindBin;
 use lib $FindBin::Bin;
-use IO::Socket::INET;
 use OutboxTest qw(:DEFAULT sql lit relay_pid);
 use PostgreSQL::Test::Utils;
 use Test::More;

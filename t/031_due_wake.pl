@@ -132,9 +132,10 @@ for (my $i = 0; $i < 150 && !$sent; $i++)
 }
 ok($sent, 'the retry was sent under a 1 h poll interval');
 my (undef, $retried) = times_at('/locked_out');
-# (after the release: the round waiting then, or the next a second after
-# a failed one; a step of another kind may wait out its own lock first)
-# (the retry, due 1.6 to 2.4 s after the attempt, came due under the lock)
+# The retry, due 1.6 to 2.4 s after the attempt, came due under the lock;
+# it goes after the release: in the round waiting then, or in the next, a
+# second after a failed one (a step of another kind may wait out its own
+# lock first).
 ok(defined $retried && $retried > $released - 0.02 && $retried - $released <= 3,
 	defined $retried ? sprintf('it came %.3f s after the lock\'s release (a failed round is tried again after 1 s)',
 		$retried - $released) : 'it came after the lock\'s release');

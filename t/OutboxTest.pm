@@ -210,7 +210,8 @@ sub outbox_version
 # Start a receiver script given as a command (its arguments up to
 # --log, --port-file, --host and --port, which are added) listening on
 # $host, on a free port below 32768: the ephemeral range above it is where
-# the relay's own outgoing connections take their ports.  Returns (base URL, log path, harness).  It is stopped however the test
+# the relay's own outgoing connections take their ports.  Returns (base
+# URL, log path, harness).  It is stopped however the test
 # ends.
 sub _start_logging_receiver
 {

@@ -148,8 +148,16 @@ static TimestampTz last_record_at = 0;
  * with an earlier next_at, one already past included (wake_when_due).
  */
 static TimestampTz next_due = 0;
-/* When the last full round started (the main loop's last_read). */
-static TimestampTz full_round_at = 0;
+/* When the last full round started (0: none yet). */
+static TimestampTz last_read = 0;
+
+/* A full round at "at" at the latest: next_due lowered to it. */
+static void
+wake_by(TimestampTz at)
+{
+	if (next_due == 0 || at < next_due)
+		next_due = at;
+}
 
 /*
  * Endpoints that do not follow the stream and may read on their own
@@ -405,7 +413,7 @@ may_read_page(const RelayEndpoint *ep, bool full)
 {
 	return ep->active && !ep->follows && ep->page == NULL &&
 		(ep->consecutive_failures < CIRCUIT_FAILURES ||
-		 (full && TimestampDifferenceExceeds(ep->probed_at, full_round_at, outbox_poll_interval)));
+		 (full && TimestampDifferenceExceeds(ep->probed_at, last_read, outbox_poll_interval)));
 }
 
 static bool
@@ -1063,7 +1071,7 @@ read_step(void *arg)
 		{
 			ep->more_page = false;
 			if (ep->consecutive_failures >= CIRCUIT_FAILURES)
-				ep->probed_at = full_round_at;
+				ep->probed_at = last_read;
 			ep->page = read_own_page(ep);
 			if (ep->page)
 			{
@@ -1167,12 +1175,7 @@ read_round(bool full)
 		foreach(lc, own_readers)
 			((RelayEndpoint *) lfirst(lc))->more_page = false;
 		stream_more = false;
-		{
-			TimestampTz again = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), READ_RETRY_MS);
-
-			if (next_due == 0 || next_due > again)
-				next_due = again;
-		}
+		wake_by(TimestampTzPlusMilliseconds(GetCurrentTimestamp(), READ_RETRY_MS));
 		return;
 	}
 	list_free(attached_now);
@@ -1220,9 +1223,8 @@ static void
 wake_when_due(const Delivery *d)
 {
 	if ((d->outcome == OUTCOME_KIND_RETRY || d->outcome == OUTCOME_KIND_DEFERRED) &&
-		!d->behind_key && d->next_at != 0 &&
-		(next_due == 0 || d->next_at < next_due))
-		next_due = d->next_at;
+		!d->behind_key && d->next_at != 0)
+		wake_by(d->next_at);
 }
 
 /* What record_step records, and what each batch in it is. */
@@ -1781,7 +1783,6 @@ outbox_relay_main(Datum arg)
 	char	   *dbname;
 	MemoryContext loop_cxt;
 	bool		read_now = true;
-	TimestampTz last_read = 0;
 	uint64		seen_version = 0;
 	uint64		version;
 	TimestampTz last_wake = 0;
@@ -1836,7 +1837,6 @@ outbox_relay_main(Datum arg)
 	if (!extension_absent)
 		senders_start(dbname);
 	last_rotate = GetCurrentTimestamp();
-	full_round_at = GetCurrentTimestamp();
 	if (!extension_absent)
 		read_round(true);
 	if (extension_absent)
@@ -1890,7 +1890,6 @@ outbox_relay_main(Datum arg)
 			next_due = 0;
 			seen_version = version;
 			last_read = now;
-			full_round_at = now;
 			note_wake();
 			read_round(true);
 			count_since(RELAY_SQL_US, now);

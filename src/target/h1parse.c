@@ -162,7 +162,6 @@ static bool
 te_element(const char *e, size_t n, void *arg)
 {
 	size_t		name = 0;
-
 	size_t		rest;
 
 	while (name < n && is_tchar((unsigned char) e[name]))

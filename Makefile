@@ -7,9 +7,9 @@ MODULE_big = outbox
 # src/functions/  SQL-callable functions: emit(), mark_processed(), checks
 # src/relay/      the background workers: launcher, relay loop, senders,
 #                 what they deliver (delivery.h), the SQL they run (store.c)
-# src/target/     where deliveries go and what they look like: HTTP (https
-#                 through libcurl, plain http on connections libcurl
-#                 opens), Kafka through librdkafka, NATS JetStream through
+# src/target/     where deliveries go and what they look like: HTTP/1.1
+#                 over http and https (TLS through OpenSSL) on connections
+#                 libcurl opens, HTTP/2 through libcurl, Kafka through librdkafka, NATS JetStream through
 #                 libnats, RabbitMQ through librabbitmq, the address policy,
 #                 signatures, formats
 OBJS = \

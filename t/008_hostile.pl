@@ -7,7 +7,9 @@
 # a well-behaved endpoint (t/webhook_receiver.py) an event emitted after the
 # hostile one, and outbox.attempts, outbox.retries and outbox.dead_letters
 # say what happened.  retry_schedule is an hour, so each case makes exactly
-# one attempt.
+# one attempt.  With OUTBOX_HOSTILE_TLS set (t/034_hostile_tls.pl) the
+# hostile receiver speaks TLS and its endpoints are https: the same cases
+# over the relay's TLS connections.
 use strict;
 use warnings;
 use FindBin;
@@ -17,7 +19,12 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep);
 
-my $node = outbox_node('hostile', conf => "outbox.retry_schedule = '1h'\n");
+my $tls = $ENV{OUTBOX_HOSTILE_TLS};
+my $cert_dir = PostgreSQL::Test::Utils::tempdir();
+OutboxTest::make_certificates($cert_dir,
+	[ 'server', "subjectAltName = IP:127.0.0.1\nextendedKeyUsage = serverAuth" ]) if $tls;
+my $node = outbox_node('hostile', conf => "outbox.retry_schedule = '1h'\n" .
+	($tls ? "outbox.ca_file = '$cert_dir/ca.crt'\n" : ''));
 my ($good_url, $good_log, $good_rx) = start_receiver();
 my ($good_port) = $good_url =~ /:(\d+)$/;
 
@@ -28,10 +35,11 @@ sub start_hostile
 	my $hlog = "$hdir/hostile.jsonl";
 	my $rx = IPC::Run::start([ 'python3', "$FindBin::Bin/hostile_receiver.py",
 		'--log', $hlog, '--port-file', "$hdir/port",
-		'--port', PostgreSQL::Test::Cluster::get_free_port() ]);
+		'--port', PostgreSQL::Test::Cluster::get_free_port(),
+		$tls ? ('--cert', "$cert_dir/server.crt", '--key', "$cert_dir/server.key") : () ]);
 	for (my $i = 0; $i < 100 && !-e "$hdir/port"; $i++) { usleep(100_000); }
 	die 'hostile receiver did not start' unless -e "$hdir/port";
-	return ('http://127.0.0.1:' . PostgreSQL::Test::Utils::slurp_file("$hdir/port"), $hlog, $rx);
+	return (($tls ? 'https' : 'http') . '://127.0.0.1:' . PostgreSQL::Test::Utils::slurp_file("$hdir/port"), $hlog, $rx);
 }
 my ($hurl, $hlog, $hostile_rx) = start_hostile();
 

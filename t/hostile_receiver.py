@@ -57,12 +57,16 @@ request is appended to the log file as one JSON line once its headers and
 body are read (receive time, path, query, lower-cased headers); when the
 server stops writing a response early because the client hung up, a line
 {"path": ..., "hung_up_after": bytes sent} is appended too.  The port is
-written to --port-file once listening.  Standard library only.
+written to --port-file once listening.  With --cert and --key every
+connection is TLS (HTTP/1.1 offered in ALPN), the same misbehaviours inside
+it; a reset is then a reset of the TCP connection under TLS.  Standard
+library only.
 """
 import argparse
 import json
 import os
 import socket
+import ssl
 import struct
 import sys
 import threading
@@ -245,6 +249,8 @@ def canned(conn, name):
 
 def handle(conn):
     try:
+        if tls is not None:
+            conn = tls.wrap_socket(conn, server_side=True)
         req = read_request(conn)
         if req is None:
             conn.close()
@@ -352,14 +358,23 @@ def handle(conn):
         conn.close()
 
 
+tls = None
+
+
 def main():
-    global log_path
+    global log_path, tls
     ap = argparse.ArgumentParser()
     ap.add_argument("--log", required=True)
     ap.add_argument("--port-file", required=True)
     ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--cert")
+    ap.add_argument("--key")
     args = ap.parse_args()
     log_path = args.log
+    if args.cert:
+        tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        tls.load_cert_chain(args.cert, args.key)
+        tls.set_alpn_protocols(["http/1.1"])
     open(log_path, "a").close()
     srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -22,6 +22,7 @@ receiver serves many endpoints at once:
   require_issued=1  answer 401 unless the request has "Authorization: Bearer"
                   and a token this receiver issued (token=1 below)
   token_uses=N    with require_issued: each token is taken N times, then 401
+  close=1         answer with "Connection: close" and close the connection
 
 As an OAuth2 token server (RFC 6749, client credentials), a path with
 token=1 answers a POST of "grant_type=client_credentials" whose HTTP Basic
@@ -43,7 +44,8 @@ came, itself included.  It listens on --host (127.0.0.1); the port is
 written to --port-file once listening.
 
 With --cert and --key it serves HTTPS instead, and logs "client": the
-common name of the client's certificate, or null; with --client-ca too it
+common name of the client's certificate, or null, and "tls_resumed":
+whether the connection's handshake resumed an earlier session; with --client-ca too it
 asks for a client certificate and refuses a handshake without one that CA
 signed (mutual TLS).
 Standard library only.
@@ -195,6 +197,8 @@ class Handler(BaseHTTPRequestHandler):
                 time.sleep(0.02)
         record = {
             "client": self.client_name(),
+            "tls_resumed": self.connection.session_reused
+            if isinstance(self.connection, ssl.SSLSocket) else None,
             "t": received,
             "path": url.path,
             "query": q,
@@ -215,6 +219,9 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header("webhook-delivery", q["delivery"])
         if "location" in q:
             self.send_header("Location", q["location"])
+        if q.get("close") == "1":
+            self.send_header("Connection", "close")
+            self.close_connection = True
         answer = b"ok"
         if token_json is not None and q.get("token_body") == "deep":
             answer = b"[" * 15000

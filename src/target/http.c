@@ -8,8 +8,10 @@
  *
  * The wrapper runs in the relay and in its sender processes (sender.c),
  * each with its own multi handle and no transaction open; see the comment
- * above pool_limits for who limits what.  Plain http requests are only
- * connected here (http_connect): http1.c writes and reads them.
+ * above pool_limits for who limits what.  HTTP/1.1 requests, http and
+ * https, are only connected here (http_connect): http1.c makes their TLS,
+ * writes and reads them.  libcurl sends the rest (http_send): to receivers
+ * that speak only HTTP/2, with client certificates http1.c cannot load.
  *
  *-------------------------------------------------------------------------
  */
@@ -831,9 +833,9 @@ http_start(int max_total)
 
 /*
  * Connections a slot may need kept open: its request's own, and one idle in
- * each of the two connection caches.  libcurl's (https) keeps up to
+ * each of the two connection caches.  libcurl's (HTTP/2) keeps up to
  * `wanted` connections, in use and idle together (CURLMOPT_MAXCONNECTS, as
- * pool_limits sets it), and so does http1.c's (plain http, http1_retire).
+ * pool_limits sets it), and so does http1.c's (HTTP/1.1, http1_retire).
  * Each closes its idle connections beyond that only when a request
  * completes, never before it opens one, so with `wanted` idle in each,
  * `wanted` requests to hosts neither has a connection to open `wanted`
@@ -1260,46 +1262,63 @@ set_common_options(CURL *easy, HttpRequest *req)
 	curl_easy_setopt(easy, CURLOPT_PROXY, "");
 }
 
-/*
- * Have libcurl open a connection for req, which http1.c sends it on once
- * connected (http_next_done): the name resolved, the address policy
- * applied (open_socket_cb), the endpoint's timeout counting from
- * http_submit.
- */
-void
-http_connect(HttpRequest *req)
+/* What is left of req's timeout, at least 1 ms (it counts from http_submit). */
+static long
+time_left_ms(const HttpRequest *req)
 {
-	CURL	   *easy = handle_for(req);
 	long		left = req->timeout_ms -
 		(long) ((GetCurrentTimestamp() - req->submitted_at) / 1000);
 
-	left = Max(left, 1);
+	return Max(left, 1);
+}
+
+/*
+ * Have libcurl open a TCP connection to connect_url ("http://host:port/",
+ * the origin of req's URL, https ones included), which http1.c sends req
+ * on once connected (http_next_done): the name resolved, the address
+ * policy applied (open_socket_cb), the endpoint's timeout counting from
+ * http_submit.  TLS, where the URL is https, is http1.c's.
+ */
+void
+http_connect(HttpRequest *req, const char *connect_url)
+{
+	CURL	   *easy = handle_for(req);
+
 	req->connecting = true;
-	curl_easy_setopt(easy, CURLOPT_URL, req->url);
+	curl_easy_setopt(easy, CURLOPT_URL, connect_url);
 	curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http");
 	curl_easy_setopt(easy, CURLOPT_CONNECT_ONLY, 1L);
-	curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, left);
-	curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, Min(left, 10000L));
+	curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, time_left_ms(req));
+	curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, Min(time_left_ms(req), 10000L));
 	set_common_options(easy, req);
 	add_to_pool(req);
 }
 
 /*
- * Start a request; see HttpRequest for who owns what.  Plain http goes
- * over http1.c's connections (on a kept one, or on one libcurl opens for
- * it), https through libcurl.
+ * Start a request; see HttpRequest for who owns what.  HTTP/1.1, http and
+ * https alike, goes over http1.c's connections (on a kept one, or on one
+ * libcurl opens for it); what http1.c does not send (a receiver that
+ * speaks HTTP/2 only, a client certificate that cannot be loaded) goes
+ * through libcurl (http_send).
  */
 void
 http_submit(HttpRequest *req)
 {
-	CURL	   *easy;
-
 	req->submitted_at = GetCurrentTimestamp();
 	req->connecting = false;
 	http_response_reset(req);
-	if (http1_submit(req))
-		return;
-	easy = handle_for(req);
+	if (!http1_submit(req))
+		http_send(req);
+}
+
+/*
+ * Send req through libcurl, in the time left of its timeout: what http1.c
+ * hands over, HTTP/2 where the receiver speaks only that.
+ */
+void
+http_send(HttpRequest *req)
+{
+	CURL	   *easy = handle_for(req);
 
 	curl_easy_setopt(easy, CURLOPT_URL, req->url);
 	curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
@@ -1309,8 +1328,8 @@ http_submit(HttpRequest *req)
 	curl_easy_setopt(easy, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t) req->body_len);
 	curl_easy_setopt(easy, CURLOPT_HTTPHEADER, req->headers);
 	curl_easy_setopt(easy, CURLOPT_USERAGENT, "outbox/" OUTBOX_VERSION);
-	curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, req->timeout_ms);
-	curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, Min(req->timeout_ms, 10000L));
+	curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, time_left_ms(req));
+	curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, Min(time_left_ms(req), 10000L));
 	curl_easy_setopt(easy, CURLOPT_HTTP_VERSION, (long) CURL_HTTP_VERSION_2TLS);
 
 	/*
@@ -1497,18 +1516,18 @@ next_message(HttpPool *pool)
 
 /*
  * A failure that is about the client certificate says so (README,
- * "Client authentication"): one libcurl could not load, or a TLS alert
+ * "Client authentication"): one that could not be loaded, or a TLS alert
  * from the receiver about certificates (OpenSSL's text: "certificate
  * required", "bad certificate", "unknown ca", ...).  Our own check of the
  * receiver's certificate reads "SSL certificate problem" and is no alert.
  */
-static void
-reword_auth_failure(HttpRequest *req, CURLcode rc)
+void
+http_reword_auth_failure(HttpRequest *req, bool cert_unusable)
 {
 	char		why[CURL_ERROR_SIZE];
 	const char *what;
 
-	if (rc == CURLE_SSL_CERTPROBLEM)
+	if (cert_unusable)
 		what = "the client certificate or key could not be used";
 	else if (strstr(req->error, "alert") != NULL &&
 			 (strstr(req->error, "certificate") != NULL || strstr(req->error, "unknown ca") != NULL))
@@ -1608,7 +1627,7 @@ http_next_done(void)
 			strlcpy(req->error, req->refused, sizeof(req->error));
 		else if (req->error[0] == '\0')
 			strlcpy(req->error, curl_easy_strerror(rc), sizeof(req->error));
-		reword_auth_failure(req, rc);
+		http_reword_auth_failure(req, rc == CURLE_SSL_CERTPROBLEM);
 	}
 	release(req, false);
 	return req;

@@ -125,7 +125,9 @@ extern bool http_response_header(HttpRequest *req, const char *line, size_t n);
 extern void http_response_keep(HttpRequest *req, const char *data, size_t n);
 extern bool http_response_bounds(HttpRequest *req);
 extern void http_response_reset(HttpRequest *req);
-extern void http_connect(HttpRequest *req);
+extern void http_connect(HttpRequest *req, const char *connect_url);
+extern void http_send(HttpRequest *req);
+extern void http_reword_auth_failure(HttpRequest *req, bool cert_unusable);
 extern bool http_watch(pgsocket fd, uint32 events);
 extern void http_forget(pgsocket fd);
 

@@ -338,6 +338,38 @@ def build_rows_issue11(r, row):
             rate_and_cpu(r, "tls_https"), f"plain HTTP {rate_and_cpu(r, 'tls_http')}",
             fmt(ratio(https, http)), "(what TLS costs)", None)
 
+    # 17. One https endpoint against wrk over HTTPS
+    if "https.rate" in r:
+        https, wrk = num(r, "https.rate"), num(r, "https_wrk.rate")
+        row(f"17 one https endpoint at default settings, {int(num(r, 'https.deliveries')):,} events",
+            rate_and_cpu(r, "https"), f"wrk over HTTPS {fmt(wrk)}/s", fmt(ratio(https, wrk)), "≥ 0.50",
+            ratio(https, wrk) >= 0.50)
+        row("17 each round (the medians count)",
+            ", ".join(f"{fmt(float(x))}/s" for x in r["https.rounds"].split(",")),
+            "wrk " + ", ".join(f"{fmt(float(x))}/s" for x in r["https_wrk.rounds"].split(",")), "", "", None)
+
+    # 18. A host name per endpoint over https
+    if "hosts_many.rate" in r:
+        many, one = num(r, "hosts_many.rate"), num(r, "hosts_one.rate")
+        row(f"18 {int(num(r, 'hosts_many.endpoints')):,} https endpoints on as many host names, "
+            "own event type each", rate_and_cpu(r, "hosts_many"), f"one https endpoint {rate_and_cpu(r, 'hosts_one')}",
+            fmt(ratio(many, one)), "≥ 0.80", ratio(many, one) >= 0.80)
+        each_round(r, row, "18", "hosts_many", "hosts_one", "one")
+        anon = num(r, "hosts_many.rssanon_peak_kb") / 1024
+        row("18 relay private memory (RssAnon peak) during the run", f"{fmt(anon)} MB", "", "",
+            "< 128 MB", anon < 128)
+        idle = num(r, "hosts_idle.rssanon_kb") / 1024
+        row(f"18 relay private memory with {int(num(r, 'hosts_many.endpoints')):,} TLS connections idle "
+            "(largest of the rounds)", f"{fmt(idle)} MB", "", "", "< 64 MB", idle < 64)
+
+    # 19. A host name per endpoint over https, the receiver answering late
+    if "hosts_slow.rate" in r:
+        rate = num(r, "hosts_slow.rate")
+        row(f"19 {int(num(r, 'hosts_slow.endpoints')):,} https host names, receiver answering after "
+            f"{int(num(r, 'slow.delay_ms'))} ms, over {fmt(num(r, 'hosts_slow.seconds'))} s",
+            rate_and_cpu(r, "hosts_slow") + f"; connections open at the end: {int(num(r, 'hosts_slow.connections')):,}",
+            "", "", "≥ 5,000/s", rate >= 5000)
+
     # rate: rate limits (issue 14, item 1)
     if "limited.rate" in r:
         rate, limit = num(r, "limited.rate"), num(r, "limited.limit")

@@ -89,6 +89,9 @@ SLOW_EVENTS=${SLOW_EVENTS:-$((10000 * (SLOW_WARMUP + SLOW_SECONDS)))}  # twice t
 HANGING_ENDPOINTS=${HANGING_ENDPOINTS:-100} # case 12: of MANY_ENDPOINTS, never answering
 HANG_TIMEOUT=${HANG_TIMEOUT:-5 seconds}     # case 12: their timeout
 TLS_ROUNDS=${TLS_ROUNDS:-3}                 # case 13: rounds of http and https
+HTTPS_WRK_CONNS=${HTTPS_WRK_CONNS:-64}      # case 17: wrk's connections over HTTPS
+HOSTS=${HOSTS:-1000}                        # cases 18, 19: https host names, one per endpoint
+HOSTS_ROUNDS=${HOSTS_ROUNDS:-3}             # case 18: rounds of one host and of HOSTS
 CONTROL_ROUNDS=${CONTROL_ROUNDS:-3}         # case expiry: rounds of off and on
 LIMIT_RATE=${LIMIT_RATE:-500}               # case rate: the limited endpoint's rate_limit
 LIMIT_SECONDS=${LIMIT_SECONDS:-20}          # case rate: its backlog, in seconds at that rate
@@ -99,7 +102,7 @@ OAUTH2_CLIENT_ID=outbox-bench
 OAUTH2_CLIENT_SECRET=bench-client-secret-0123456789
 OAUTH2_TOKEN=bench-oauth2-token-0123456789abcdef
 MANY_TIMEOUT=${MANY_TIMEOUT:-120}           # cases 8 to 13: longest wait for one delivery run
-BENCH_CASES=${BENCH_CASES:-1 2 3 4 5 6 7 perf 8 9 10 11 12 13}
+BENCH_CASES=${BENCH_CASES:-1 2 3 4 5 6 7 perf 8 9 10 11 12 13 17 18 19}
 
 export LC_ALL=C.UTF-8
 unset PGHOSTADDR PGDATABASE PGSERVICE PGOPTIONS PGPASSWORD
@@ -127,6 +130,7 @@ NGINX_PID=
 HANG_PID=
 BIG_PID=
 SLOW_PID=
+HOSTS_SAVED=                        # /etc/hosts as it was, once map_hosts changed it
 T0=$(date +%s)
 
 cleanup()
@@ -137,6 +141,9 @@ cleanup()
 	done
 	if [ -n "$WORK" ] && [ -f "$WORK/data/postmaster.pid" ]; then
 		runuser -u postgres -- "$PGBIN/pg_ctl" -D "$WORK/data" -m immediate -w stop >/dev/null 2>&1
+	fi
+	if [ -n "$HOSTS_SAVED" ] && [ -f "$HOSTS_SAVED" ]; then
+		cat "$HOSTS_SAVED" >/etc/hosts
 	fi
 	[ -n "$WORK" ] && rm -rf "$WORK"
 }
@@ -250,7 +257,7 @@ make_certificates()
 		-keyout "$dir/ca.key" -out "$dir/ca.crt" 2>/dev/null
 	openssl req -newkey rsa:2048 -nodes -subj "/CN=127.0.0.1" \
 		-keyout "$dir/server.key" -out "$dir/server.csr" 2>/dev/null
-	printf 'subjectAltName = IP:127.0.0.1\nbasicConstraints = CA:FALSE\nextendedKeyUsage = serverAuth\n' >"$dir/ext"
+	printf 'subjectAltName = IP:127.0.0.1,DNS:*.hosts.bench.test\nbasicConstraints = CA:FALSE\nextendedKeyUsage = serverAuth\n' >"$dir/ext"
 	openssl x509 -req -in "$dir/server.csr" -CA "$dir/ca.crt" -CAkey "$dir/ca.key" -CAcreateserial \
 		-days 2 -extfile "$dir/ext" -out "$dir/server.crt" 2>/dev/null
 	openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=outbox bench client CA" \
@@ -280,7 +287,7 @@ wait_for_port()
 start_receivers()
 {
 	{ read -r NGINX_PORT; read -r TLS_PORT; read -r MTLS_PORT
-	  read -r HANG_PORT; read -r BIG_PORT; read -r SLOW_PORT; } < <(free_port 6)
+	  read -r HANG_PORT; read -r BIG_PORT; read -r SLOW_PORT; read -r SLOW_TLS_PORT; } < <(free_port 7)
 	mkdir -p "$WORK/nginx-body"
 	sed -e "s|@DIR@|$WORK|g" -e "s|@PORT@|$NGINX_PORT|g" -e "s|@TLSPORT@|$TLS_PORT|g" \
 		-e "s|@MTLSPORT@|$MTLS_PORT|g" -e "s|@TOKEN@|$OAUTH2_TOKEN|g" \
@@ -292,12 +299,14 @@ start_receivers()
 	HANG_PID=$!
 	"$PY" "$BENCH/receiver.py" big "$BIG_PORT" &
 	BIG_PID=$!
-	node "$BENCH/slow_receiver.js" "$SLOW_PORT" >"$WORK/slow_receiver.log" 2>&1 &
+	node "$BENCH/slow_receiver.js" "$SLOW_PORT" "$SLOW_TLS_PORT" "$WORK/tls/server.crt" "$WORK/tls/server.key" \
+		>"$WORK/slow_receiver.log" 2>&1 &
 	SLOW_PID=$!
 	wait_for_port "$NGINX_PORT"
 	wait_for_port "$SLOW_PORT"
+	wait_for_port "$SLOW_TLS_PORT"
 	log "receivers: nginx on $NGINX_PORT (HTTPS on $TLS_PORT, mutual TLS on $MTLS_PORT)," \
-		"never-answering on $HANG_PORT, 100 MB answers on $BIG_PORT, slow_receiver.js on $SLOW_PORT"
+		"never-answering on $HANG_PORT, 100 MB answers on $BIG_PORT, slow_receiver.js on $SLOW_PORT (HTTPS on $SLOW_TLS_PORT)"
 }
 
 # ---------------------------------------------------------------------------
@@ -1195,6 +1204,122 @@ case_tls()
 	done
 }
 
+# map_hosts N: host names h1.hosts.bench.test to hN.hosts.bench.test
+# resolve to 127.0.0.1 through /etc/hosts (which cleanup puts back as it
+# was), for the cases with a host name per endpoint; nginx's and
+# slow_receiver.js's certificate covers *.hosts.bench.test.
+map_hosts()
+{
+	local i
+
+	if [ -z "$HOSTS_SAVED" ]; then
+		HOSTS_SAVED=$WORK/hosts.saved
+		cp /etc/hosts "$HOSTS_SAVED"
+	fi
+	{
+		cat "$HOSTS_SAVED"
+		for i in $(seq "$1"); do
+			echo "127.0.0.1 h$i.hosts.bench.test"
+		done
+	} >/etc/hosts
+	getent hosts "h$1.hosts.bench.test" >/dev/null || die "h$1.hosts.bench.test does not resolve"
+}
+
+# relay_private_kb: the relay's private memory now (RssAnon), in kB.
+relay_private_kb()
+{
+	local pid
+
+	pid=$(sql "SELECT pid FROM pg_stat_activity WHERE backend_type = 'outbox relay'")
+	sed -n 's/^RssAnon:[[:space:]]*\([0-9]*\) kB/\1/p' "/proc/$pid/status"
+}
+
+# Case 17: one https endpoint at default settings, MANY_EVENTS events
+# waiting, against wrk over HTTPS on the same nginx (HTTPS_WRK_CONNS
+# connections); ONE_ROUNDS rounds in turn (the medians count).
+case_https()
+{
+	local round rps
+
+	use_default_settings
+	log "case 17: one https endpoint at default settings, $MANY_EVENTS events waiting;" \
+		"$ONE_ROUNDS rounds of the relay and of wrk over HTTPS ($HTTPS_WRK_CONNS connections) in turn"
+	: >"$WORK/wrk17.runs"
+	for round in $(seq "$ONE_ROUNDS"); do
+		fresh_outbox
+		new_endpoint "https$round" "https://127.0.0.1:$TLS_PORT/https"
+		emit_backlog "$MANY_EVENTS"
+		deliver "https_$round" "https$round" "https$round" "$MANY_EVENTS" "$MANY_TIMEOUT"
+		check_delivered "https$round" "$MANY_EVENTS"
+		rps=$(wrk_rate "https://127.0.0.1:$TLS_PORT/wrk" "$HTTPS_WRK_CONNS")
+		echo "$rps" >>"$WORK/wrk17.runs"
+		log "  wrk over HTTPS, 1 thread, $HTTPS_WRK_CONNS connections, ${WRK_SECONDS} s: $rps requests/s"
+	done
+	keep_median_round https
+	result https_wrk.rate "$(median <"$WORK/wrk17.runs")"
+	result https_wrk.rounds "$(paste -sd, "$WORK/wrk17.runs")"
+}
+
+# Case 18: MANY_EVENTS events spread over HOSTS endpoints, each on a host
+# name of its own over https and subscribed to an event type of its own,
+# against all of them to one https endpoint on one such name, delivered
+# as case 9 delivers (following the stream, one prepared backlog);
+# HOSTS_ROUNDS rounds in turn (the medians count).  Also the relay's
+# private memory once the HOSTS endpoints' connections are idle.
+case_https_hosts()
+{
+	local label n per round url
+
+	use_default_settings
+	map_hosts "$HOSTS"
+	url="https://h{i}.hosts.bench.test:$TLS_PORT/hosts"
+	log "case 18: $HOSTS https endpoints on $HOSTS host names, each with its own event type," \
+		"against one https endpoint; $HOSTS_ROUNDS rounds in turn (the medians count)"
+	: >"$WORK/idle18.runs"
+	for round in $(seq "$HOSTS_ROUNDS"); do
+		for label in $(in_turn "$round" hosts_one hosts_many); do
+			n=1
+			[ "$label" = hosts_many ] && n=$HOSTS
+			per=$((MANY_EVENTS / n))
+			log "case 18, round $round: $n https endpoints on $n host names, $per events each"
+			fresh_outbox
+			following_endpoints hosts 1 "$n" "$url" bench.e
+			deliver_backlog "${label}_$round" hosts "$per" "$n" "$n"
+			if [ "$label" = hosts_many ]; then
+				relay_private_kb >>"$WORK/idle18.runs"
+				log "  relay private memory with the connections idle: $(tail -n 1 "$WORK/idle18.runs") kB"
+			fi
+		done
+	done
+	for label in hosts_one hosts_many; do
+		keep_median_round "$label"
+	done
+	result hosts_many.endpoints "$HOSTS"
+	result hosts_idle.rssanon_kb "$(sort -n "$WORK/idle18.runs" | tail -n 1)"
+}
+
+# Case 19: HOSTS https endpoints on HOSTS host names, on slow_receiver.js
+# answering after SLOW_DELAY_MS, SLOW_EVENTS events; deliveries counted as
+# in case 11 (a window after a warm-up).
+case_https_slow()
+{
+	local per=$((SLOW_EVENTS / HOSTS))
+
+	use_default_settings
+	map_hosts "$HOSTS"
+	result slow.delay_ms "$SLOW_DELAY_MS"
+	log "case 19: $HOSTS https endpoints on $HOSTS host names, receiver answering after $SLOW_DELAY_MS ms," \
+		"$per events each; deliveries counted over $SLOW_SECONDS s after $SLOW_WARMUP s"
+	fresh_outbox
+	following_endpoints hslow 1 "$HOSTS" "https://h{i}.hosts.bench.test:$SLOW_TLS_PORT/delay/$SLOW_DELAY_MS/s" bench.e
+	emit_prepared $((per * HOSTS)) "$HOSTS"
+	deliver hosts_slow '' 'hslow*' "$per" "$MANY_TIMEOUT" --commit bench_backlog \
+		--window "$SLOW_SECONDS" --warmup "$SLOW_WARMUP"
+	result hosts_slow.endpoints "$HOSTS"
+	result hosts_slow.connections "$(receiver_status open)"
+	log "  connections open to the receiver: $(receiver_status open)"
+}
+
 # Case "expiry" (issue 14, items 2 and 3): case 8's one endpoint, with
 # expiry and priority off (plain events, no max_age) and on (every event
 # with an expires_at a day ahead and a priority of 0, 1 or 2, the endpoint
@@ -1424,6 +1549,9 @@ main()
 	run_case 11 case_slow_receiver
 	run_case 12 case_hanging_endpoints
 	run_case 13 case_tls
+	run_case 17 case_https
+	run_case 18 case_https_hosts
+	run_case 19 case_https_slow
 	run_case expiry case_controls
 	run_case 14 case_kafka
 	run_case rate case_rate_limit
@@ -1439,7 +1567,7 @@ main()
 
 	result env.seconds "$(($(date +%s) - T0))"
 	result env.cases "${BENCH_CASES// /,}"
-	if [ "$BENCH_CASES" = "1 2 3 4 5 6 7 perf 8 9 10 11 12 13" ]; then
+	if [ "$BENCH_CASES" = "1 2 3 4 5 6 7 perf 8 9 10 11 12 13 17 18 19" ]; then
 		"$PY" "$BENCH/report.py" --results "$RESULTS" --work "$WORK" --out "$BENCH"
 		log "done in $(($(date +%s) - T0)) s; wrote $BENCH/RESULTS.md and $BENCH/*.png"
 	else

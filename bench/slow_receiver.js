@@ -1,7 +1,10 @@
 // bench/slow_receiver.js: the webhook receiver of the many-endpoint cases
 // of bench/run.sh (cases 8 to 13), for answers that nginx cannot give.
 //
-//     node bench/slow_receiver.js PORT
+//     node bench/slow_receiver.js PORT [TLS_PORT CERT KEY]
+//
+// With TLS_PORT, CERT and KEY it also answers the same over HTTPS
+// (HTTP/1.1) on 127.0.0.1:TLS_PORT with that certificate.
 //
 // Listens on 127.0.0.1:PORT with keep-alive and no limit on connections or
 // on how long a request may wait.  What it does with a request depends on
@@ -18,6 +21,8 @@
 'use strict';
 
 const http = require('http');
+const https = require('https');
+const fs = require('fs');
 
 const port = Number(process.argv[2]);
 if (!Number.isInteger(port) || port <= 0) {
@@ -64,22 +69,33 @@ function handle(req, res) {
 	});
 }
 
-const server = http.createServer({ keepAlive: true }, handle);
-// No timeouts of node's own: a hanging request waits until the client
-// gives up, and an idle kept-alive connection stays open.
-server.keepAliveTimeout = 0;
-server.headersTimeout = 0;
-server.requestTimeout = 0;
-server.timeout = 0;
-server.maxRequestsPerSocket = 0;
-server.on('connection', (socket) => {
-	stats.open++;
-	stats.peak_open = Math.max(stats.peak_open, stats.open);
-	socket.on('close', () => { stats.open--; });
-});
-server.listen({ host: '127.0.0.1', port, backlog: 4096 }, () => {
-	console.log(`slow_receiver: listening on 127.0.0.1:${port}`);
-});
+function serve(server, listenPort, what) {
+	// No timeouts of node's own: a hanging request waits until the client
+	// gives up, and an idle kept-alive connection stays open.
+	server.keepAliveTimeout = 0;
+	server.headersTimeout = 0;
+	server.requestTimeout = 0;
+	server.timeout = 0;
+	server.maxRequestsPerSocket = 0;
+	server.on(what === 'https' ? 'secureConnection' : 'connection', (socket) => {
+		stats.open++;
+		stats.peak_open = Math.max(stats.peak_open, stats.open);
+		socket.on('close', () => { stats.open--; });
+	});
+	server.listen({ host: '127.0.0.1', port: listenPort, backlog: 4096 }, () => {
+		console.log(`slow_receiver: ${what} on 127.0.0.1:${listenPort}`);
+	});
+}
+
+serve(http.createServer({ keepAlive: true }, handle), port, 'http');
+if (process.argv[3]) {
+	serve(https.createServer({
+		keepAlive: true,
+		cert: fs.readFileSync(process.argv[4]),
+		key: fs.readFileSync(process.argv[5]),
+		ALPNProtocols: ['http/1.1'],
+	}, handle), Number(process.argv[3]), 'https');
+}
 
 for (const signal of ['SIGINT', 'SIGTERM']) {
 	process.on(signal, () => process.exit(0));

@@ -13,7 +13,8 @@
  * libcurl does for each request on a kept connection (its state machine,
  * the connection cache walked for a match, the handle's buffers) cost more
  * than everything else the relay does for a delivery; over https it
- * reached half the rate of plain http (DESIGN.md, "The HTTP engine").
+ * reached half the rate of plain http (DESIGN.md, "HTTP/1.1 without
+ * libcurl's requests").
  * libcurl still sends what this file does not: to a receiver that speaks
  * only HTTP/2 (it refuses the ALPN offer of http/1.1, or picks another
  * protocol) and with a client certificate that cannot be loaded (libcurl's

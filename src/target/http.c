@@ -1496,8 +1496,8 @@ next_message(HttpPool *pool)
 }
 
 /*
- * A failure that is about the client certificate says so (README,
- * "Client authentication"): one libcurl could not load, or a TLS alert
+ * A failure that is about the client certificate says so
+ * (docs/authentication.md): one libcurl could not load, or a TLS alert
  * from the receiver about certificates (OpenSSL's text: "certificate
  * required", "bad certificate", "unknown ca", ...).  Our own check of the
  * receiver's certificate reads "SSL certificate problem" and is no alert.

@@ -12,7 +12,8 @@
  * (its state machine, the connection cache walked for a match, the
  * handle's buffers) cost more than everything else the relay does for a
  * delivery: on its own it reached 0.40 of wrk's rate, where the relay
- * needs 0.30 (README, case 8).  HTTPS stays with libcurl (TLS, HTTP/2).
+ * needs 0.30 (bench/RESULTS.md, case 8).  HTTPS stays with libcurl (TLS,
+ * HTTP/2).
  *
  * The response is read as libcurl's callbacks would see it: every status
  * and header line through http_response_header, every byte of the body

@@ -1,6 +1,7 @@
--- Privileges: PUBLIC gets nothing; an application role given the grants the
--- README recommends can emit and mark_processed, and nothing more; the
--- SECURITY DEFINER functions cannot be hijacked through search_path.
+-- Privileges: PUBLIC gets nothing; an application role given the grants
+-- docs/privileges.md recommends can emit and mark_processed, and nothing
+-- more; the SECURITY DEFINER functions cannot be hijacked through
+-- search_path.
 
 -- Something to read, made by the superuser.
 SELECT outbox.create_endpoint('ep-priv', 'https://example.com/') IS NOT NULL AS created;
@@ -25,7 +26,7 @@ SELECT c AS call, try(c) AS result
        ]) AS c;
 RESET ROLE;
 
--- The grants the README recommends for an application role.
+-- The grants docs/privileges.md recommends for an application role.
 GRANT USAGE ON SCHEMA outbox TO regress_outbox_app;
 GRANT EXECUTE ON FUNCTION outbox.emit(text, jsonb, text, jsonb, timestamptz, text, timestamptz, integer),
                           outbox.mark_processed(text, text),

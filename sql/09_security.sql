@@ -1,6 +1,6 @@
 -- Privileges and hijacking, beyond 07_privileges: every function and every
 -- relation of schema outbox, for a role without grants, a role with only
--- USAGE on the schema, and a role with the grants README recommends for an
+-- USAGE on the schema, and a role with the grants docs/privileges.md recommends for an
 -- application (emit and mark_processed).  Then objects a user creates in a
 -- schema of its own (or in pg_temp) must not change what the SECURITY
 -- DEFINER functions and the capture trigger do.
@@ -16,7 +16,7 @@ CREATE ROLE regress_outbox_none LOGIN;
 CREATE ROLE regress_outbox_usage LOGIN;
 CREATE ROLE regress_outbox_app LOGIN;
 GRANT USAGE ON SCHEMA outbox TO regress_outbox_usage, regress_outbox_app;
--- README, "Privileges".
+-- docs/privileges.md.
 GRANT EXECUTE ON FUNCTION outbox.emit(text, jsonb, text, jsonb, timestamptz, text, timestamptz, integer),
                           outbox.mark_processed(text, text),
                           outbox.mark_processed(text, uuid) TO regress_outbox_app;
@@ -268,7 +268,7 @@ SELECT what, by_user FROM regress_sec_evil.called;
 RESET ROLE;
 SELECT event_type, key, payload FROM outbox.events WHERE event_type = 'sec_booking.inserted' AND key = '8';
 
--- An operator with the grants README gives one reads every view and
+-- An operator with the grants docs/privileges.md gives one reads every view and
 -- health(), and still no table: what they call runs with the owner's
 -- rights.
 CREATE ROLE regress_outbox_ops LOGIN;

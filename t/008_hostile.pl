@@ -428,7 +428,7 @@ is(sql("SELECT attempts || ' ' || last_status FROM outbox.dead_letters WHERE end
 
 sql("UPDATE outbox.retries SET next_at = now()");
 # A 429 or 503 with Retry-After paused its whole endpoint in the relay for
-# that long (README, Rate limits); resuming the endpoint ends the pause.
+# that long (docs/webhooks.md, Rate limits); resuming the endpoint ends the pause.
 sql(q{SELECT outbox.resume_endpoint(name) FROM outbox.endpoints
        WHERE name IN ('retry_after429', 'retry_after503', 'retry_after_absurd')});
 my @last = split /\n/, sql(q{SELECT outbox.emit('good.last', jsonb_build_object('i', i)) FROM generate_series(1, 20) i});

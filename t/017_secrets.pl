@@ -109,10 +109,10 @@ unlike($err, qr/s3cr3t|alice/, 'neither the password nor the user is echoed');
 # The server log: the error line is clean, but the failed statement is
 # logged as written (log_min_error_statement, and here log_statement =
 # all too), secret and all, unless the session turns both off first, as
-# README advises.
+# docs/privileges.md advises.
 my @lines = grep { /s3cr3t-pw/ } split /\n/, slurp_file($node->logfile);
 ok(!(grep { /ERROR:/ } @lines), 'no ERROR line in the server log has the password');
-ok(scalar(grep { /STATEMENT:/ } @lines), 'the STATEMENT line has it, as README says');
+ok(scalar(grep { /STATEMENT:/ } @lines), 'the STATEMENT line has it, as docs/privileges.md says');
 my $before = -s $node->logfile;
 $node->psql('postgres', q{SET log_statement = none; SET log_min_error_statement = panic;
 	SELECT outbox.create_endpoint('creds', 'https://alice:0ther-pw@example.com/hook')});

@@ -42,7 +42,7 @@ outbox.retry_schedule = '300ms'
 outbox.senders = 1
 outbox.ca_file = '$dir/ca.crt'
 log_min_messages = debug1
-# (the statements that carry the secrets are not logged: README,
+# (the statements that carry the secrets are not logged: docs/privileges.md,
 # "Secrets in errors, views and logs"; the relay's own messages are)
 log_statement = none
 });

@@ -2,8 +2,7 @@
  *
  * credentials.c
  *	  An endpoint's client authentication as the relay applies it
- *	  (README, "Client authentication"; DESIGN.md, "Client
- *	  authentication").
+ *	  (docs/authentication.md; DESIGN.md, "Client authentication").
  *
  * A bearer token is a header line made once per load of the endpoint; a
  * client certificate is handed to libcurl with each request (the relay's

@@ -1,9 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * auth.c
- *	  Client authentication of an endpoint (README, "Client
- *	  authentication"): the auth object's checks, as create_endpoint and
- *	  alter_endpoint run them (outbox._check_auth, _check_auth_headers) and
+ *	  Client authentication of an endpoint (docs/authentication.md):
+ *	  the auth object's checks, as create_endpoint and alter_endpoint run
+ *	  them (outbox._check_auth, _check_auth_headers) and
  *	  as the relay reads the stored object (auth_read), and the OAuth2
  *	  client-credentials grant's request and response (RFC 6749, 4.4).
  *

@@ -1,9 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * format.c
- *	  What a request looks like in each endpoint format (README.md,
- *	  "Formats"): its body, its Content-Type and, in CloudEvents binary
- *	  mode, the ce-* headers of the event's attributes.  Signing and the
+ *	  What a request looks like in each endpoint format (docs/formats.md):
+ *	  its body, its Content-Type and, in CloudEvents binary mode, the ce-*
+ *	  headers of the event's attributes.  Signing and the
  *	  other headers are the relay's, the same in every format (pump.c,
  *	  submit).
  *

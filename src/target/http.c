@@ -1515,8 +1515,8 @@ next_message(HttpPool *pool)
 }
 
 /*
- * A failure that is about the client certificate says so (README,
- * "Client authentication"): one that could not be loaded, or a TLS alert
+ * A failure that is about the client certificate says so
+ * (docs/authentication.md): one that could not be loaded, or a TLS alert
  * from the receiver about certificates (OpenSSL's text: "certificate
  * required", "bad certificate", "unknown ca", ...).  Our own check of the
  * receiver's certificate reads "SSL certificate problem" and is no alert.

@@ -14,8 +14,9 @@
  * default user guest, which the broker accepts over loopback only.  A
  * login the broker refuses fails the connection like any other failure to
  * connect: its messages are tried again on the schedule, with the broker's
- * reason in the attempt log (README: a wrong password is fixed by the
- * operator, and the events wait for it meanwhile rather than being lost).
+ * reason in the attempt log (docs/authentication.md: a wrong password is
+ * fixed by the operator, and the events wait for it meanwhile rather than
+ * being lost).
  *
  * TLS (amqps://): librabbitmq's OpenSSL socket, the broker's certificate
  * verified against outbox.ca_file (the system's store when empty) and

@@ -84,20 +84,6 @@ ok(wait_received($log, sub { @resumed = grep { $_->{path} eq '/resume' } @_; @re
 is(join(' ', map { $_->{tls_resumed} ? 'resumed' : 'full' } @resumed), 'full resumed resumed resumed',
 	'resume: the first handshake is a full one, each later one resumes a session');
 
-# A burst to a host the relay has no session for yet: twenty requests at
-# once, each on a connection of its own (the receiver answers after
-# 300 ms), and one full handshake among them; the others wait for its
-# session and resume it.
-my ($burst_url, $burst_log, $burst_rx) = start_tls_receiver("$dir/server.crt", "$dir/server.key");
-sql("SELECT outbox.create_endpoint('burst', '$burst_url/burst?delay=0.3', '{burst.*}')");
-sql(q{SELECT outbox.emit('burst.event', jsonb_build_object('n', i)) FROM generate_series(1, 20) i});
-my @burst;
-ok(wait_received($burst_log, sub { @burst = @_; @burst >= 20 }), 'burst: twenty events delivered');
-my %full = map { $_->{peer_port} => 1 } grep { !$_->{tls_resumed} } @burst;
-my %conns = map { $_->{peer_port} => 1 } @burst;
-cmp_ok(scalar(keys %conns), '>=', 10, 'burst: on many connections (' . scalar(keys %conns) . ')');
-is(scalar(keys %full), 1, 'burst: one full handshake, the other connections resumed its session');
-
 # Trailers.  Over HTTP/1.1 the relay reads libcurl's raw chunked body and
 # its trailer lines itself; over HTTP/2 libcurl hands the trailers (their
 # own HEADERS frame) to the header callback after the head, where they
@@ -152,5 +138,4 @@ is(scalar(grep { $_->{headers}{'webhook-id'} eq $id3 } received($log)), 0,
 $node->stop;
 $rx->kill_kill;
 $other_rx->kill_kill;
-$burst_rx->kill_kill;
 done_testing();

@@ -45,8 +45,7 @@ written to --port-file once listening.
 
 With --cert and --key it serves HTTPS instead, and logs "client": the
 common name of the client's certificate, or null, and "tls_resumed":
-whether the connection's handshake resumed an earlier session (and
-"peer_port", which tells connections apart); with --client-ca too it
+whether the connection's handshake resumed an earlier session; with --client-ca too it
 asks for a client certificate and refuses a handshake without one that CA
 signed (mutual TLS).
 Standard library only.
@@ -200,7 +199,6 @@ class Handler(BaseHTTPRequestHandler):
             "client": self.client_name(),
             "tls_resumed": self.connection.session_reused
             if isinstance(self.connection, ssl.SSLSocket) else None,
-            "peer_port": self.client_address[1],
             "t": received,
             "path": url.path,
             "query": q,

@@ -129,11 +129,6 @@ typedef struct Origin
 	bool		name_is_address;	/* an address: no SNI */
 	SSL_SESSION *session;		/* the last the receiver gave, or NULL */
 	uint32		session_generation;
-	struct Conn *warming;		/* making the full handshake that gives
-								 * the first session, or NULL */
-	dlist_head	held;			/* connections whose handshakes wait for it */
-	bool		releasing;		/* in releasing: its session came */
-	dlist_node	releasing_node;
 	dlist_head	idle;			/* its idle connections, newest first */
 	int			conns;			/* its connections, idle or in use */
 } Origin;
@@ -147,8 +142,6 @@ typedef struct Conn
 	bool		handshaking;	/* the TLS handshake is not done yet */
 	bool		clean;			/* its last response was read whole: a
 								 * close sends close_notify */
-	bool		held;			/* in origin->held: no handshake yet */
-	dlist_node	held_node;
 	HttpRequest *req;			/* in flight on it, or NULL when idle */
 	bool		reused;			/* a request was answered on it before */
 	TimestampTz idle_since;
@@ -178,9 +171,6 @@ static int	max_idle = 64;		/* connections kept, in use ones included */
 static int	n_busy = 0;			/* connections with a request on them */
 static uint32 current_generation = 0;
 static dlist_head done = DLIST_STATIC_INIT(done);
-/* origins whose held connections go on once the current OpenSSL call returns */
-static dlist_head releasing = DLIST_STATIC_INIT(releasing);
-static bool abandoning = false;	/* http1_abandon_all: nothing starts */
 
 static int
 due_cmp(const pairingheap_node *a, const pairingheap_node *b, void *arg)
@@ -210,12 +200,6 @@ session_given(SSL *ssl, SSL_SESSION *session)
 		SSL_SESSION_free(c->origin->session);
 	c->origin->session = session;
 	c->origin->session_generation = c->generation;
-	/* the connections held for it resume it, once this call is over */
-	if (c->origin->warming != NULL && !c->origin->releasing)
-	{
-		c->origin->releasing = true;
-		dlist_push_tail(&releasing, &c->origin->releasing_node);
-	}
 	return 1;
 }
 
@@ -259,7 +243,7 @@ tls_context(TlsConfig *t)
 		SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE |
 						 SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_RELEASE_BUFFERS);
 		/* a receiver that closes without close_notify ends the response */
-		SSL_CTX_set_options(ctx, SSL_OP_IGNORE_UNEXPECTED_EOF);
+		SSL_CTX_set_options(ctx, SSL_OP_IGNORE_UNEXPECTED_EOF | SSL_OP_NO_RENEGOTIATION);
 		SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
 		SSL_CTX_sess_set_new_cb(ctx, session_given);
 		ok = SSL_CTX_set_alpn_protos(ctx, alpn, sizeof(alpn) - 1) == 0;
@@ -488,9 +472,6 @@ origin_of(const HttpRequest *req)
 		o->tls = tls;
 		o->session = NULL;
 		o->session_generation = 0;
-		o->warming = NULL;
-		dlist_init(&o->held);
-		o->releasing = false;
 		o->usable = describe_origin(url, o);
 	}
 	return o->usable ? o : NULL;
@@ -504,18 +485,11 @@ idle_remove(Conn *c)
 	n_idle--;
 }
 
-static void handshake(Conn *c);
-static void end_warming(Origin *o);
-
 /* Close a connection that has no request on it any more. */
 static void
 conn_close(Conn *c)
 {
 	Assert(c->req == NULL);
-	if (c->held)
-		dlist_delete(&c->held_node);
-	if (c->origin->warming == c)
-		end_warming(c->origin);
 	c->origin->conns--;
 	if (c->ssl != NULL)
 	{
@@ -539,41 +513,6 @@ conn_close(Conn *c)
 	free(c);
 }
 
-/*
- * o's first full handshake is over (its session came, or its connection
- * finished its request or closed): the connections held for it make
- * their handshakes now, resuming the session where there is one.
- */
-static void
-end_warming(Origin *o)
-{
-	o->warming = NULL;
-	if (o->releasing)
-	{
-		dlist_delete(&o->releasing_node);
-		o->releasing = false;
-	}
-	if (abandoning)
-		return;
-	while (!dlist_is_empty(&o->held))
-	{
-		Conn	   *c = dlist_container(Conn, held_node, dlist_pop_head_node(&o->held));
-
-		c->held = false;
-		if (o->session != NULL && o->session_generation == c->generation)
-			SSL_set_session(c->ssl, o->session);
-		handshake(c);
-	}
-}
-
-/* The origins whose session came during the OpenSSL call just made. */
-static void
-release_sessions(void)
-{
-	while (!dlist_is_empty(&releasing))
-		end_warming(dlist_container(Origin, releasing_node, dlist_head_node(&releasing)));
-}
-
 /* What c writes for its request: the head, and the body (over TLS in head). */
 static inline size_t
 request_size(const Conn *c)
@@ -592,8 +531,6 @@ finish(Conn *c)
 	TimestampTz now = GetCurrentTimestamp();
 
 	pairingheap_remove(&due_heap, &c->due_node);
-	if (c->origin->warming == c)
-		end_warming(c->origin);
 	req->duration_ms = (double) (now - req->submitted_at) / 1000.0;
 	dlist_push_tail(&done, &req->node);
 	c->req = NULL;
@@ -1055,10 +992,8 @@ http1_submit(HttpRequest *req)
 		}
 		begin(c, req);
 		write_head(c);
-		release_sessions();		/* quiet() may have read a session */
 		return true;
 	}
-	release_sessions();
 	http_connect(req, o->connect);
 	return true;
 }
@@ -1148,22 +1083,7 @@ http1_connected(HttpRequest *req, pgsocket fd, uint32 generation)
 	}
 	if (o->session != NULL && o->session_generation == generation)
 		SSL_set_session(c->ssl, o->session);
-	else if (o->warming != NULL)
-	{
-		/*
-		 * Another connection makes the origin's first full handshake:
-		 * this one is connected, and makes its own once that one gave a
-		 * session to resume (end_warming).  A burst of requests to a new
-		 * host costs one full handshake, not one per request.
-		 */
-		c->held = true;
-		dlist_push_tail(&o->held, &c->held_node);
-		return;
-	}
-	else
-		o->warming = c;
 	handshake(c);
-	release_sessions();
 }
 
 /*
@@ -1352,9 +1272,9 @@ receive(Conn *c)
 	}
 }
 
-/* What fd's readiness (events) means for its connection. */
-static void
-conn_event(pgsocket fd, uint32 events)
+/* The epoll set says fd is ready (http.c, act_on_sockets). */
+void
+http1_event(pgsocket fd, uint32 events)
 {
 	Conn	   *c = fd < n_conns ? conns[fd] : NULL;
 
@@ -1389,14 +1309,6 @@ conn_event(pgsocket fd, uint32 events)
 	/* over TLS a write may wait for reading (OpenSSL says which) */
 	if (c->ssl != NULL || (events & (EPOLLOUT | EPOLLHUP | EPOLLERR)))
 		send_request(c);
-}
-
-/* The epoll set says fd is ready (http.c, act_on_sockets). */
-void
-http1_event(pgsocket fd, uint32 events)
-{
-	conn_event(fd, events);
-	release_sessions();
 }
 
 /* Is a request done and not yet taken (one that failed as it was sent)? */
@@ -1487,7 +1399,6 @@ http1_retire(uint32 generation, int max)
 void
 http1_abandon_all(void)
 {
-	abandoning = true;
 	while (!pairingheap_is_empty(&due_heap))
 	{
 		Conn	   *c = pairingheap_container(Conn, due_node, pairingheap_first(&due_heap));
@@ -1506,7 +1417,6 @@ http1_abandon_all(void)
 		curl_slist_free_all(req->headers);
 		req->headers = NULL;
 	}
-	abandoning = false;
 }
 
 #else							/* !HAVE_SYS_EPOLL_H */

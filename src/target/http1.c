@@ -243,7 +243,7 @@ tls_context(TlsConfig *t)
 		SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE |
 						 SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_RELEASE_BUFFERS);
 		/* a receiver that closes without close_notify ends the response */
-		SSL_CTX_set_options(ctx, SSL_OP_IGNORE_UNEXPECTED_EOF | SSL_OP_NO_RENEGOTIATION);
+		SSL_CTX_set_options(ctx, SSL_OP_IGNORE_UNEXPECTED_EOF);
 		SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
 		SSL_CTX_sess_set_new_cb(ctx, session_given);
 		ok = SSL_CTX_set_alpn_protos(ctx, alpn, sizeof(alpn) - 1) == 0;

@@ -53,7 +53,10 @@ sub expired_at
 # Part 1: expires_at.
 ############################################################################
 
-sql("SELECT outbox.create_endpoint('exp', '$url/exp', '{exp.*}')");
+# Attempts enough that the failing event expires before it could be a dead
+# letter: retries every 300 ms give eight (the default) in 2.1 s, and a
+# relay that retries on time can fit them before its expires_at.
+sql("SELECT outbox.create_endpoint('exp', '$url/exp', '{exp.*}', max_attempts => 100)");
 my $past = sql(q{SELECT outbox.emit('exp.past', '{"n": "past"}', expires_at => now() - interval '1 second')});
 my $fresh = sql(q{SELECT outbox.emit('exp.fresh', '{"n": "fresh"}', expires_at => now() + interval '1 hour')});
 my ($failing, $failing_until) = split /\|/, sql(q{

@@ -247,8 +247,14 @@ tls_context(TlsConfig *t)
 		SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
 		SSL_CTX_sess_set_new_cb(ctx, session_given);
 		ok = SSL_CTX_set_alpn_protos(ctx, alpn, sizeof(alpn) - 1) == 0;
+		/*
+		 * As libcurl verifies: outbox.ca_file in place of its default
+		 * bundle, its default directory beside it, and a CA in either
+		 * trusted as the chain's end though it is an intermediate.
+		 */
+		X509_STORE_set_flags(SSL_CTX_get_cert_store(ctx), X509_V_FLAG_PARTIAL_CHAIN);
 		if (ok && outbox_ca_file != NULL && outbox_ca_file[0] != '\0')
-			ok = SSL_CTX_load_verify_locations(ctx, outbox_ca_file, NULL) == 1;
+			ok = SSL_CTX_load_verify_locations(ctx, outbox_ca_file, v->capath) == 1;
 		else if (ok && (v->cainfo != NULL || v->capath != NULL))
 			ok = SSL_CTX_load_verify_locations(ctx, v->cainfo, v->capath) == 1;
 		else if (ok)
@@ -637,8 +643,10 @@ tls_failed(Conn *c, int ret, const char *what)
 		to_libcurl(c);
 		return;
 	}
-	if (kind == SSL_ERROR_SYSCALL && e == 0)
+	if ((kind == SSL_ERROR_SYSCALL || kind == SSL_ERROR_ZERO_RETURN) && e == 0)
 	{
+		if (kind == SSL_ERROR_ZERO_RETURN)
+			errno = 0;			/* a close, as OpenSSL reads an early EOF */
 		ERR_clear_error();
 		if (errno != 0)
 			io_failed(c, what);
@@ -688,6 +696,9 @@ complete(Conn *c, bool reusable)
 
 	/* an answer before the whole request was sent: the connection is spent */
 	if (c->sent < request_size(c))
+		reusable = false;
+	/* bytes after the response still inside OpenSSL: out of step too */
+	if (c->ssl != NULL && SSL_has_pending(c->ssl))
 		reusable = false;
 	c->req->status = c->req->parser.status;
 	c->clean = true;
@@ -951,6 +962,8 @@ quiet(Conn *c)
 	char		b;
 	int			ret;
 
+	if (c->ssl != NULL && SSL_has_pending(c->ssl))
+		return false;
 	if (recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) < 0)
 		return errno == EAGAIN || errno == EWOULDBLOCK;
 	if (c->ssl == NULL)
@@ -1228,6 +1241,12 @@ read_some(Conn *c)
 		case SSL_ERROR_ZERO_RETURN:
 			return 0;
 		case SSL_ERROR_WANT_READ:
+			/* no longer for writing, if a write was waited for */
+			if (!http_watch(c->fd, EPOLLIN))
+			{
+				fail(c, "could not watch the connection's socket");
+				return -2;
+			}
 			return -1;
 		case SSL_ERROR_WANT_WRITE:
 			if (!http_watch(c->fd, EPOLLOUT | EPOLLIN))

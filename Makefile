@@ -16,7 +16,9 @@ OBJS = \
 	src/outbox.o \
 	src/guc.o \
 	src/shmem.o \
+	src/functions/append.o \
 	src/functions/emit.o \
+	src/functions/capture.o \
 	src/functions/validate.o \
 	src/functions/inbox.o \
 	src/functions/origin.o \

@@ -219,3 +219,88 @@ COMMIT;
 SELECT e.event_type, e.payload AS dedupe_key_event
   FROM outbox.dedupe d JOIN outbox.events e ON e.event_id = d.event_id
  WHERE d.dedupe_key = 'dk-sp';
+
+--------------------------------------------------------------------------
+-- Where an INSERT is refused, so is emit()
+--------------------------------------------------------------------------
+
+BEGIN READ ONLY;
+SELECT try($$SELECT outbox.emit('ro.event', '1')$$) AS read_only;
+ROLLBACK;
+BEGIN READ ONLY;
+SELECT try($$SELECT outbox.emit_many('ro.event', ARRAY['1']::jsonb[])$$) AS read_only_many;
+ROLLBACK;
+SELECT count(*) AS ro_events FROM outbox.events WHERE event_type = 'ro.event';
+
+--------------------------------------------------------------------------
+-- emit_many(): one event per payload, in array order, the rest shared
+--------------------------------------------------------------------------
+
+SELECT max(id) AS last_event FROM outbox.events \gset
+SELECT outbox.emit_many('many.event', ARRAY['{"n": 1}', '{"n": 2}', '{"n": 3}']::jsonb[],
+                        ARRAY['k1', NULL, 'k3'], headers => '{"X-Batch": "b1"}',
+                        priority => 2) AS many_ids \gset
+SELECT cardinality(:'many_ids'::uuid[]) AS ids;
+-- The ids come back in the order of the payloads, and the events went in
+-- in that order, in this transaction (the same txid).
+SELECT e.payload, e.key, e.headers, e.priority, e.deliver_at,
+       e.event_id = (:'many_ids'::uuid[])[u.i] AS id_in_order
+  FROM outbox.events e
+  JOIN unnest(:'many_ids'::uuid[]) WITH ORDINALITY AS u(id, i) ON u.id = e.event_id
+ WHERE e.id > :last_event ORDER BY e.id;
+SELECT count(DISTINCT txid) AS transactions FROM outbox.events WHERE event_type = 'many.event';
+-- Without keys, and an empty array (nothing written, an empty result).
+SELECT cardinality(outbox.emit_many('many.nokey', ARRAY['1', '2']::jsonb[])) AS nokey_ids;
+SELECT count(*) AS nokey_events, count(key) AS with_key FROM outbox.events WHERE event_type = 'many.nokey';
+SELECT outbox.emit_many('many.empty', '{}'::jsonb[]) AS empty_ids;
+SELECT count(*) AS empty_events FROM outbox.events WHERE event_type = 'many.empty';
+-- Bad input: every element is checked before anything is written.
+SELECT count(*) AS events_before FROM outbox.events \gset
+SELECT try($$SELECT outbox.emit_many(NULL, ARRAY['1']::jsonb[])$$) AS null_type,
+       try($$SELECT outbox.emit_many('bad type', ARRAY['1']::jsonb[])$$) AS bad_type,
+       try($$SELECT outbox.emit_many('m.e', NULL)$$) AS null_payloads,
+       try($$SELECT outbox.emit_many('m.e', ARRAY['1', NULL]::jsonb[])$$) AS null_payload,
+       try($$SELECT outbox.emit_many('m.e', ARRAY[['1'], ['2']]::jsonb[])$$) AS two_dimensions,
+       try($$SELECT outbox.emit_many('m.e', ARRAY['1', '2']::jsonb[], ARRAY['k'])$$) AS keys_short,
+       try($$SELECT outbox.emit_many('m.e', ARRAY['1', '2']::jsonb[], ARRAY['k', ''])$$) AS empty_key,
+       try($$SELECT outbox.emit_many('m.e', ARRAY['1']::jsonb[], headers => '{"webhook-id": "x"}')$$) AS reserved_header,
+       try($$SELECT outbox.emit_many('m.e', ARRAY['1']::jsonb[], deliver_at => 'infinity')$$) AS infinite_deliver_at,
+       try($$SELECT outbox.emit_many('m.e', ARRAY['1']::jsonb[], priority => 40000)$$) AS big_priority,
+       try($$SELECT outbox.emit_many('m.e', ARRAY['1']::jsonb[], deliver_at => now() + interval '1 day',
+                                     expires_at => now())$$) AS expires_first;
+SET outbox.max_payload_size = 100;
+SELECT try(format($$SELECT outbox.emit_many('m.e', ARRAY['1', %L]::jsonb[])$$,
+                  jsonb_build_object('big', repeat('x', 200)))) AS one_too_large;
+RESET outbox.max_payload_size;
+SELECT count(*) = :events_before AS nothing_written FROM outbox.events;
+
+--------------------------------------------------------------------------
+-- Row triggers an administrator puts on outbox.events fire as on an
+-- INSERT; one that skips the row makes emit() fail, not lose the event
+--------------------------------------------------------------------------
+
+CREATE TABLE emit_audit (event_type text, payload jsonb);
+CREATE FUNCTION emit_audit() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO emit_audit VALUES (NEW.event_type, NEW.payload);
+    RETURN NULL;
+END $$;
+CREATE TRIGGER emit_audit AFTER INSERT ON outbox.events
+    FOR EACH ROW EXECUTE FUNCTION emit_audit();
+BEGIN;
+SELECT outbox.emit('audit.one', '1') IS NOT NULL AS emitted;
+SELECT cardinality(outbox.emit_many('audit.many', ARRAY['2', '3']::jsonb[])) AS emitted_many;
+COMMIT;
+SELECT * FROM emit_audit ORDER BY payload;
+DROP TRIGGER emit_audit ON outbox.events;
+CREATE FUNCTION emit_skip() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN NULL;
+END $$;
+CREATE TRIGGER emit_skip BEFORE INSERT ON outbox.events
+    FOR EACH ROW EXECUTE FUNCTION emit_skip();
+SELECT try($$SELECT outbox.emit('audit.skipped', '1')$$) AS skipped;
+DROP TRIGGER emit_skip ON outbox.events;
+SELECT count(*) AS skipped_events FROM outbox.events WHERE event_type = 'audit.skipped';
+DROP TABLE emit_audit;
+DROP FUNCTION emit_audit(), emit_skip();

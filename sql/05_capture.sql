@@ -62,6 +62,20 @@ SELECT max(id) AS last_event FROM outbox.events \gset
 INSERT INTO audit VALUES ('hello');
 SELECT event_type, key, payload FROM outbox.events WHERE id > :last_event ORDER BY id;
 
+-- A deferrable primary key is the key too, and a primary key's INCLUDE
+-- columns are part of it, as they were before capture() was written in C.
+CREATE TABLE later (id int PRIMARY KEY DEFERRABLE INITIALLY DEFERRED, v text);
+CREATE TABLE covered (id int, v text, PRIMARY KEY (id) INCLUDE (v));
+CREATE TRIGGER later_outbox AFTER INSERT ON later
+    FOR EACH ROW EXECUTE FUNCTION outbox.capture('later');
+CREATE TRIGGER covered_outbox AFTER INSERT ON covered
+    FOR EACH ROW EXECUTE FUNCTION outbox.capture('covered');
+SELECT max(id) AS last_event FROM outbox.events \gset
+INSERT INTO later VALUES (1, 'x');
+INSERT INTO covered VALUES (1, 'x');
+SELECT event_type, key, payload FROM outbox.events WHERE id > :last_event ORDER BY id;
+DROP TABLE later, covered;
+
 -- Column types come through as JSON.
 CREATE TABLE typed (id bigint PRIMARY KEY, b boolean, n numeric, j jsonb, a int[], t timestamptz, nul text);
 CREATE TRIGGER typed_outbox AFTER INSERT ON typed
@@ -105,5 +119,31 @@ CREATE TRIGGER misuse_outbox AFTER INSERT ON misuse
     FOR EACH ROW EXECUTE FUNCTION outbox.capture('bad prefix');
 SELECT try($$INSERT INTO misuse VALUES (1, 'x')$$) AS bad_prefix;
 DROP TRIGGER misuse_outbox ON misuse;
+
+-- The role that changes the rows needs what it would need to emit itself:
+-- USAGE on schema outbox and EXECUTE on emit() (42501 otherwise).
+CREATE ROLE regress_capture_writer;
+GRANT INSERT ON misuse TO regress_capture_writer;
+CREATE TRIGGER misuse_outbox AFTER INSERT ON misuse
+    FOR EACH ROW EXECUTE FUNCTION outbox.capture('misuse');
+SET ROLE regress_capture_writer;
+SELECT try($$INSERT INTO misuse VALUES (1, 'x')$$) AS without_usage;
+RESET ROLE;
+GRANT USAGE ON SCHEMA outbox TO regress_capture_writer;
+SET ROLE regress_capture_writer;
+SELECT try($$INSERT INTO misuse VALUES (1, 'x')$$) AS without_execute;
+RESET ROLE;
+GRANT EXECUTE ON FUNCTION outbox.emit(text, jsonb, text, jsonb, timestamptz, text, timestamptz, integer)
+   TO regress_capture_writer;
+SET ROLE regress_capture_writer;
+SELECT try($$INSERT INTO misuse VALUES (1, 'x')$$) AS with_both;
+RESET ROLE;
+SELECT event_type, key, payload FROM outbox.events WHERE event_type = 'misuse.inserted';
+DROP TRIGGER misuse_outbox ON misuse;
+REVOKE ALL ON SCHEMA outbox FROM regress_capture_writer;
+REVOKE ALL ON FUNCTION outbox.emit(text, jsonb, text, jsonb, timestamptz, text, timestamptz, integer)
+    FROM regress_capture_writer;
+REVOKE ALL ON misuse FROM regress_capture_writer;
+DROP ROLE regress_capture_writer;
 
 DROP TABLE booking, stay, account, audit, typed, misuse;

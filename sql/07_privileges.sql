@@ -1,7 +1,7 @@
 -- Privileges: PUBLIC gets nothing; an application role given the grants
 -- docs/privileges.md recommends can emit and mark_processed, and nothing
--- more; the SECURITY DEFINER functions cannot be hijacked through
--- search_path.
+-- more; neither emit() nor the SECURITY DEFINER functions can be hijacked
+-- through search_path.
 
 -- Something to read, made by the superuser.
 SELECT outbox.create_endpoint('ep-priv', 'https://example.com/') IS NOT NULL AS created;
@@ -29,6 +29,7 @@ RESET ROLE;
 -- The grants docs/privileges.md recommends for an application role.
 GRANT USAGE ON SCHEMA outbox TO regress_outbox_app;
 GRANT EXECUTE ON FUNCTION outbox.emit(text, jsonb, text, jsonb, timestamptz, text, timestamptz, integer),
+                          outbox.emit_many(text, jsonb[], text[], jsonb, timestamptz, timestamptz, integer),
                           outbox.mark_processed(text, text),
                           outbox.mark_processed(text, uuid)
    TO regress_outbox_app;
@@ -37,6 +38,7 @@ SET ROLE regress_outbox_app;
 -- It can emit (with every argument) and mark_processed.
 SELECT outbox.emit('priv.app', '{"by": "app"}', 'k', '{"X-A": "b"}', '2030-01-01', 'dk-priv') IS NOT NULL AS emitted;
 SELECT outbox.emit('priv.app', '{"by": "app"}', dedupe_key => 'dk-priv') IS NOT NULL AS deduped;
+SELECT cardinality(outbox.emit_many('priv.many', ARRAY['1', '2']::jsonb[], ARRAY['a', 'b'])) AS emitted_many;
 SELECT outbox.mark_processed('app', 'msg-1') AS first, outbox.mark_processed('app', 'msg-1') AS second;
 SELECT outbox.mark_processed('app', '01890a5d-ac96-774b-bcce-b302099a8057'::uuid) AS uuid_first;
 -- Refusals still say what is wrong, not "permission denied".
@@ -73,8 +75,10 @@ SELECT event_type, payload, key, headers FROM outbox.events WHERE event_type = '
 SELECT consumer, message_id FROM outbox.inbox WHERE consumer = 'app' ORDER BY message_id COLLATE "C";
 
 -- search_path hijacking: the app role owns a schema with look-alikes of what
--- emit() and mark_processed() use, and puts it first.  The functions pin
--- search_path to pg_catalog, pg_temp, so the look-alikes are never called.
+-- emit() and mark_processed() use, and puts it first.  emit() looks
+-- nothing up by name but its own tables (in schema outbox) and writes the
+-- dedupe key with search_path pinned to pg_catalog, pg_temp, as
+-- mark_processed() runs, so the look-alikes are never called.
 CREATE SCHEMA regress_evil AUTHORIZATION regress_outbox_app;
 SET ROLE regress_outbox_app;
 CREATE FUNCTION regress_evil.now() RETURNS timestamptz
@@ -98,6 +102,10 @@ SET search_path = regress_evil, pg_catalog, public;
 SELECT now() = '2000-01-01 00:00:00+00' AS evil_now_active, nextval('x') AS evil_nextval;
 BEGIN;
 SELECT outbox.emit('priv.hijack', '1') AS hijack_id \gset
+-- The dedupe key is looked up with the real "=": the second emit of a key
+-- returns the first one's id.
+SELECT outbox.emit('priv.hijack', '2', dedupe_key => 'dk-hijack') AS hijack_dedupe_id \gset
+SELECT outbox.emit('priv.hijack', '3', dedupe_key => 'dk-hijack') = :'hijack_dedupe_id' AS hijack_deduped;
 -- mark_processed still refuses a 256-byte id.
 SELECT try(format('SELECT outbox.mark_processed(%L, %L)', 'app', repeat('m', 256))) AS long_id;
 SELECT outbox.mark_processed('app', 'msg-hijack') AS first, outbox.mark_processed('app', 'msg-hijack') AS second;

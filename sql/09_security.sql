@@ -18,6 +18,7 @@ CREATE ROLE regress_outbox_app LOGIN;
 GRANT USAGE ON SCHEMA outbox TO regress_outbox_usage, regress_outbox_app;
 -- docs/privileges.md.
 GRANT EXECUTE ON FUNCTION outbox.emit(text, jsonb, text, jsonb, timestamptz, text, timestamptz, integer),
+                          outbox.emit_many(text, jsonb[], text[], jsonb, timestamptz, timestamptz, integer),
                           outbox.mark_processed(text, text),
                           outbox.mark_processed(text, uuid) TO regress_outbox_app;
 

@@ -367,3 +367,51 @@ SELECT * FROM pg_temp.outbox_differences(:'fresh');
 DROP DATABASE outbox_upgrade_14;
 DROP ROLE outbox_upgrade_app;
 DROP ROLE outbox_upgrade_admin;
+
+-- The same from 1.5: emit() becomes SECURITY INVOKER and capture() C, in
+-- place (ALTER FUNCTION, CREATE OR REPLACE), so the grants on them and a
+-- trigger that uses capture() stay; an application role with EXECUTE on
+-- emit() and emit_many() emits without rights on the tables, and its row
+-- changes are captured as before.
+CREATE DATABASE outbox_upgrade_15;
+\c outbox_upgrade_15
+:fingerprint_functions;
+
+CREATE EXTENSION outbox VERSION '1.5';
+CREATE ROLE outbox_upgrade_app;
+GRANT USAGE ON SCHEMA outbox TO outbox_upgrade_app;
+GRANT EXECUTE ON FUNCTION outbox.emit(text, jsonb, text, jsonb, timestamptz, text, timestamptz, integer),
+                          outbox.capture()
+   TO outbox_upgrade_app;
+CREATE TABLE up_booking (id int PRIMARY KEY, guest text);
+GRANT SELECT, INSERT, UPDATE ON up_booking TO outbox_upgrade_app;
+CREATE TRIGGER up_booking_outbox AFTER INSERT OR UPDATE ON up_booking
+    FOR EACH ROW EXECUTE FUNCTION outbox.capture('booking');
+INSERT INTO up_booking VALUES (1, 'Ada');
+
+ALTER EXTENSION outbox UPDATE;
+SELECT extversion FROM pg_extension WHERE extname = 'outbox';
+
+SELECT p.proname, p.prosecdef, p.proconfig, l.lanname,
+       has_function_privilege('outbox_upgrade_app', p.oid, 'EXECUTE') AS app_granted
+  FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+ WHERE p.pronamespace = 'outbox'::regnamespace AND p.proname IN ('emit', 'emit_many', 'capture')
+ ORDER BY p.proname;
+GRANT EXECUTE ON FUNCTION outbox.emit_many(text, jsonb[], text[], jsonb, timestamptz, timestamptz, integer)
+   TO outbox_upgrade_app;
+SET ROLE outbox_upgrade_app;
+INSERT INTO up_booking VALUES (2, 'Grace');
+UPDATE up_booking SET guest = 'Ada L.' WHERE id = 1;
+SELECT outbox.emit('order.created', '{"n": 1}', 'k1', dedupe_key => 'dk-up') IS NOT NULL AS emitted;
+SELECT cardinality(outbox.emit_many('order.created', ARRAY['{"n": 2}', '{"n": 3}']::jsonb[])) AS emitted_many;
+RESET ROLE;
+SELECT event_type, key, payload FROM outbox.events ORDER BY id;
+
+DROP TABLE up_booking;
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA outbox FROM outbox_upgrade_app CASCADE;
+REVOKE USAGE ON SCHEMA outbox FROM outbox_upgrade_app;
+SELECT * FROM pg_temp.outbox_differences(:'fresh');
+
+\c :regress_db
+DROP DATABASE outbox_upgrade_15;
+DROP ROLE outbox_upgrade_app;

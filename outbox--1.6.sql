@@ -1,9 +1,9 @@
--- outbox 1.5: the SQL surface and the storage the relay reads, as a fresh
+-- outbox 1.6: the SQL surface and the storage the relay reads, as a fresh
 -- CREATE EXTENSION makes it.
 --
--- This script creates version 1.5 directly.  An installed 1.0 reaches the
+-- This script creates version 1.6 directly.  An installed 1.0 reaches the
 -- same state through the update scripts outbox--1.0--1.1.sql to
--- outbox--1.4--1.5.sql in turn; sql/10_upgrade.sql checks that both end up with
+-- outbox--1.5--1.6.sql in turn; sql/10_upgrade.sql checks that both end up with
 -- the same objects and definitions.  A change to the schema goes into a new
 -- update script, and this file is renamed to the new version and changed
 -- the same way.
@@ -557,6 +557,11 @@ COMMENT ON FUNCTION outbox._batch_first_id(pg_snapshot, pg_snapshot) IS
 -- expires_at and priority come last, so that calls by position made for
 -- 1.4 mean what they meant.  priority is an integer argument, so that
 -- "priority => 5" needs no cast, kept in a smallint (-32768 to 32767).
+-- Not SECURITY DEFINER: the C function appends the event without asking
+-- for rights on the tables (src/functions/append.c), so EXECUTE on it is
+-- the right to emit, and a call pays no change of user and search_path.
+-- The dedupe key alone is written through SQL, as the owner, with
+-- search_path pinned.
 CREATE FUNCTION outbox.emit(
     event_type text,
     payload    jsonb,
@@ -567,86 +572,39 @@ CREATE FUNCTION outbox.emit(
     expires_at timestamptz DEFAULT NULL,
     priority   integer DEFAULT 0)
 RETURNS uuid
-LANGUAGE c VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
+LANGUAGE c VOLATILE
 AS 'MODULE_PATHNAME', 'emit';
 COMMENT ON FUNCTION outbox.emit(text, jsonb, text, jsonb, timestamptz, text, timestamptz, integer) IS
     'write one event in the calling transaction; returns its id (the webhook-id receivers see)';
 
+-- Many events of one type in one call: payloads[i] with keys[i], the rest
+-- shared, appended in array order.  No dedupe key: emit() takes one.
+CREATE FUNCTION outbox.emit_many(
+    event_type text,
+    payloads   jsonb[],
+    keys       text[] DEFAULT NULL,
+    headers    jsonb DEFAULT NULL,
+    deliver_at timestamptz DEFAULT NULL,
+    expires_at timestamptz DEFAULT NULL,
+    priority   integer DEFAULT 0)
+RETURNS uuid[]
+LANGUAGE c VOLATILE
+AS 'MODULE_PATHNAME', 'emit_many';
+COMMENT ON FUNCTION outbox.emit_many(text, jsonb[], text[], jsonb, timestamptz, timestamptz, integer) IS
+    'write one event of the type per payload in the calling transaction, keys[i] with payloads[i]; returns their ids in that order';
+
 -- The capture trigger turns row changes into events: prefix.inserted,
 -- prefix.updated (payload {"old": ..., "new": ...}) and prefix.deleted, keyed
--- by the primary key or by the column named in the second argument.
--- Not SECURITY DEFINER: to_jsonb() of a row can run functions of the
--- table owner's choosing (casts of its column types), which must not run
--- with the extension owner's rights.  The writing role needs EXECUTE on
--- outbox.emit(), which does run as the owner.
+-- by the primary key or by the column named in the second argument
+-- (src/functions/capture.c).  Not SECURITY DEFINER: to_jsonb() of a row can
+-- run functions of the table owner's choosing (casts of its column types),
+-- which must not run with the extension owner's rights.  The writing role
+-- needs USAGE on the schema and EXECUTE on outbox.emit(), as if it emitted
+-- itself; the event is appended as emit() appends it.
 CREATE FUNCTION outbox.capture()
 RETURNS trigger
-LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    prefix   text;
-    keycols  text[];
-    rec      jsonb;
-    payload  jsonb;
-    suffix   text;
-    keyval   text;
-BEGIN
-    IF TG_LEVEL <> 'ROW' OR TG_WHEN <> 'AFTER' THEN
-        RAISE EXCEPTION 'outbox.capture() must be an AFTER ... FOR EACH ROW trigger'
-            USING ERRCODE = '39P01';
-    END IF;
-    IF TG_NARGS < 1 OR TG_NARGS > 2 THEN
-        RAISE EXCEPTION 'outbox.capture() takes one or two arguments'
-            USING ERRCODE = '22023',
-                  DETAIL = 'The first names the event type prefix, the optional second the key column.';
-    END IF;
-    prefix := TG_ARGV[0];
-
-    IF TG_OP = 'INSERT' THEN
-        rec := to_jsonb(NEW);
-        payload := rec;
-        suffix := 'inserted';
-    ELSIF TG_OP = 'UPDATE' THEN
-        rec := to_jsonb(NEW);
-        payload := jsonb_build_object('old', to_jsonb(OLD), 'new', rec);
-        suffix := 'updated';
-    ELSE
-        rec := to_jsonb(OLD);
-        payload := rec;
-        suffix := 'deleted';
-    END IF;
-
-    IF TG_NARGS = 2 THEN
-        keycols := ARRAY[TG_ARGV[1]];
-        IF NOT rec ? TG_ARGV[1] THEN
-            RAISE EXCEPTION 'column "%" does not exist in table %', TG_ARGV[1], TG_RELID::regclass
-                USING ERRCODE = '42703';
-        END IF;
-    ELSE
-        SELECT array_agg(a.attname::text ORDER BY k.ord)
-          INTO keycols
-          FROM pg_index i
-          CROSS JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)
-          JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
-         WHERE i.indrelid = TG_RELID AND i.indisprimary;
-    END IF;
-
-    IF keycols IS NULL THEN
-        keyval := NULL;
-    ELSIF cardinality(keycols) = 1 THEN
-        keyval := rec ->> keycols[1];
-    ELSE
-        SELECT string_agg(coalesce(rec ->> c, ''), ',' ORDER BY o)
-          INTO keyval
-          FROM unnest(keycols) WITH ORDINALITY AS u(c, o);
-    END IF;
-
-    PERFORM outbox.emit(prefix || '.' || suffix, payload, keyval);
-    RETURN NULL;
-END
-$$;
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'capture';
 COMMENT ON FUNCTION outbox.capture() IS
     'AFTER INSERT OR UPDATE OR DELETE FOR EACH ROW trigger: emits <prefix>.inserted|updated|deleted keyed by the primary key (or the column named by the second argument)';
 

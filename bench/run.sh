@@ -49,7 +49,8 @@ PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
 PY=/usr/bin/python3                 # Debian's, which has psycopg2
 
 EMIT_SECONDS=${EMIT_SECONDS:-4}             # case 1: each pgbench run
-EMIT_ROUNDS=${EMIT_ROUNDS:-3}               # case 1: rounds of the variants in turn
+EMIT_ROUNDS=${EMIT_ROUNDS:-5}               # case 1: rounds of the variants in turn
+CAPTURE_ROWS=${CAPTURE_ROWS:-100000}        # case 1: rows of the UPDATE the triggers capture
 WRK_SECONDS=${WRK_SECONDS:-5}               # case 2: the wrk ceiling, each round
 THROUGHPUT_EVENTS=${THROUGHPUT_EVENTS:-200000}
 THROUGHPUT_ROUNDS=${THROUGHPUT_ROUNDS:-3}   # case 2: rounds of the relay and of wrk
@@ -581,8 +582,84 @@ case_emit_cost()
 		for variant in none bare pgq outbox; do
 			result "emit.$mode.$variant" "$(awk -v m="$mode" -v v="$variant" '$1 == m && $2 == v { print $3 }' "$WORK/emit.runs" |
 				sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }')"
+			result "emit.$mode.$variant.rounds" "$(awk -v m="$mode" -v v="$variant" '$1 == m && $2 == v { print $3 }' "$WORK/emit.runs" |
+				paste -sd,)"
 		done
 	done
+	psql_q -f "$BENCH/sql/emit_reset.sql" >/dev/null
+	case_emit_many
+	case_capture
+}
+
+# Case 1, emit_many: 1,000 events a transaction through outbox.emit_many()
+# against a multi-row INSERT of the same rows into bench_event, pgbench 4
+# clients, EMIT_ROUNDS rounds in turn (the medians count).
+case_emit_many()
+{
+	local round variant tps
+
+	log "case 1, emit_many: 1,000 events a transaction, pgbench 4 clients, ${EMIT_SECONDS} s a run," \
+		"$EMIT_ROUNDS rounds of the two in turn"
+	: >"$WORK/emit_many.runs"
+	for round in $(seq "$EMIT_ROUNDS"); do
+		for variant in $(in_turn "$round" bare outbox); do
+			psql_q -f "$BENCH/sql/emit_reset.sql" >/dev/null
+			"$PGBIN/pgbench" -n -M prepared -c 4 -j 2 -T "$EMIT_SECONDS" \
+				-f "$BENCH/sql/emit_many_$variant.sql" >"$WORK/pgbench.log" 2>&1 || true
+			tps=$(sed -n 's/^tps = \([0-9.]*\) (without initial connection time)/\1/p' "$WORK/pgbench.log")
+			[ -n "$tps" ] || { cat "$WORK/pgbench.log"; die "pgbench gave no figure for emit_many $variant"; }
+			echo "$variant $tps" >>"$WORK/emit_many.runs"
+			log "  round $round, $variant: $tps transactions of 1,000 events a second"
+		done
+	done
+	for variant in bare outbox; do
+		result "emit_many.$variant" "$(awk -v v="$variant" '$1 == v { print $2 }' "$WORK/emit_many.runs" | median)"
+		result "emit_many.$variant.rounds" "$(awk -v v="$variant" '$1 == v { print $2 }' "$WORK/emit_many.runs" | paste -sd,)"
+	done
+	psql_q -f "$BENCH/sql/emit_reset.sql" >/dev/null
+}
+
+# Case 1, capture: an UPDATE of CAPTURE_ROWS rows of bench_cap with the
+# capture trigger against a plain AFTER trigger writing the same payload
+# and key into an ordinary table; EMIT_ROUNDS rounds in turn, rows a second
+# (the medians count).
+case_capture()
+{
+	local round variant t0 t1
+
+	log "case 1, capture: an UPDATE of $CAPTURE_ROWS rows, capture trigger against a plain AFTER trigger;" \
+		"$EMIT_ROUNDS rounds in turn"
+	psql_q -c "TRUNCATE bench_cap; INSERT INTO bench_cap SELECT i, i, 10 FROM generate_series(1, $CAPTURE_ROWS) AS i" >/dev/null
+	: >"$WORK/capture.runs"
+	for round in $(seq "$EMIT_ROUNDS"); do
+		for variant in $(in_turn "$round" plain capture); do
+			psql_q -c "TRUNCATE bench_cap_log, outbox.events" -c "VACUUM ANALYZE bench_cap" -c "CHECKPOINT" \
+				-c "DROP TRIGGER IF EXISTS bench_cap_trigger ON bench_cap" >/dev/null
+			if [ "$variant" = capture ]; then
+				psql_q -c "CREATE TRIGGER bench_cap_trigger AFTER UPDATE ON bench_cap
+				           FOR EACH ROW EXECUTE FUNCTION outbox.capture('cap')" >/dev/null
+			else
+				psql_q -c "CREATE TRIGGER bench_cap_trigger AFTER UPDATE ON bench_cap
+				           FOR EACH ROW EXECUTE FUNCTION bench_cap_plain()" >/dev/null
+			fi
+			t0=$(date +%s.%N)
+			psql_q -c "UPDATE bench_cap SET amount = amount + 1" >/dev/null
+			t1=$(date +%s.%N)
+			if [ "$variant" = capture ] &&
+				[ "$(sql "SELECT count(*) FROM outbox.events WHERE event_type = 'cap.updated'")" != "$CAPTURE_ROWS" ]; then
+				die "case 1, capture: the UPDATE did not emit $CAPTURE_ROWS events"
+			fi
+			awk -v v="$variant" -v n="$CAPTURE_ROWS" -v t0="$t0" -v t1="$t1" \
+				'BEGIN { printf "%s %.0f\n", v, n / (t1 - t0) }' >>"$WORK/capture.runs"
+			log "  round $round, $variant: $(tail -n 1 "$WORK/capture.runs" | cut -d' ' -f2) rows a second"
+		done
+	done
+	psql_q -c "DROP TRIGGER IF EXISTS bench_cap_trigger ON bench_cap" -c "TRUNCATE bench_cap_log" >/dev/null
+	for variant in plain capture; do
+		result "capture.$variant" "$(awk -v v="$variant" '$1 == v { print $2 }' "$WORK/capture.runs" | median)"
+		result "capture.$variant.rounds" "$(awk -v v="$variant" '$1 == v { print $2 }' "$WORK/capture.runs" | paste -sd,)"
+	done
+	result capture.rows "$CAPTURE_ROWS"
 	psql_q -f "$BENCH/sql/emit_reset.sql" >/dev/null
 }
 

@@ -27,3 +27,26 @@ CREATE TABLE bench_event (
     deliver_at  timestamptz,
     created_at  timestamptz NOT NULL
 );
+
+-- Case 1's capture rounds: a table of CAPTURE_ROWS rows updated whole, with
+-- outbox.capture() or with a plain AFTER trigger that writes the same
+-- payload and key into an ordinary table (bench_cap_log).
+CREATE TABLE bench_cap (
+    id          integer PRIMARY KEY,
+    customer    integer NOT NULL,
+    amount      numeric(10, 2) NOT NULL
+);
+CREATE TABLE bench_cap_log (
+    id          bigserial PRIMARY KEY,
+    event_type  text NOT NULL,
+    payload     jsonb NOT NULL,
+    key         text,
+    created_at  timestamptz NOT NULL DEFAULT now()
+);
+CREATE FUNCTION bench_cap_plain() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO bench_cap_log (event_type, payload, key)
+    VALUES ('cap.updated', jsonb_build_object('old', to_jsonb(OLD), 'new', to_jsonb(NEW)), NEW.id::text);
+    RETURN NULL;
+END
+$$;

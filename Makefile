@@ -7,11 +7,12 @@ MODULE_big = outbox
 # src/functions/  SQL-callable functions: emit(), mark_processed(), checks
 # src/relay/      the background workers: launcher, relay loop, senders,
 #                 what they deliver (delivery.h), the SQL they run (store.c)
-# src/target/     where deliveries go and what they look like: HTTP/1.1
+# src/targets/    where deliveries go and what they look like: HTTP/1.1
 #                 over http and https (TLS through OpenSSL) on connections
-#                 libcurl opens, HTTP/2 through libcurl, Kafka through librdkafka, NATS JetStream through
-#                 libnats, RabbitMQ through librabbitmq, the address policy,
-#                 signatures, formats
+#                 libcurl opens, HTTP/2 through libcurl, Kafka through
+#                 librdkafka, NATS JetStream through libnats, RabbitMQ
+#                 through librabbitmq, the address policy, signatures,
+#                 formats
 OBJS = \
 	src/outbox.o \
 	src/guc.o \
@@ -19,21 +20,23 @@ OBJS = \
 	src/functions/append.o \
 	src/functions/emit.o \
 	src/functions/capture.o \
+	src/functions/checks.o \
+	src/functions/signature.o \
 	src/functions/validate.o \
 	src/functions/inbox.o \
 	src/functions/origin.o \
-	src/target/sign.o \
-	src/target/format.o \
-	src/target/http.o \
-	src/target/h1parse.o \
-	src/target/http1.o \
-	src/target/address.o \
-	src/target/auth.o \
-	src/target/target.o \
-	src/target/webhook.o \
-	src/target/kafka.o \
-	src/target/nats.o \
-	src/target/rabbitmq.o \
+	src/targets/sign.o \
+	src/targets/format.o \
+	src/targets/http.o \
+	src/targets/h1parse.o \
+	src/targets/http1.o \
+	src/targets/address.o \
+	src/targets/auth.o \
+	src/targets/target.o \
+	src/targets/webhook.o \
+	src/targets/kafka.o \
+	src/targets/nats.o \
+	src/targets/rabbitmq.o \
 	src/relay/policy.o \
 	src/relay/delivery.o \
 	src/relay/priority.o \
@@ -57,8 +60,10 @@ CURL_CONFIG ?= curl-config
 # Expanded once PGXS has set srcdir.
 OUTBOX_VERSION = $(shell sed -n "s/^default_version *= *'\(.*\)'/\1/p" $(srcdir)/outbox.control)
 
-SRC_DIRS = src src/functions src/relay src/target
-PG_CPPFLAGS = $(addprefix -I$(srcdir)/,$(SRC_DIRS)) -DOUTBOX_VERSION='"$(OUTBOX_VERSION)"' $(shell $(CURL_CONFIG) --cflags)
+SRC_DIRS = src src/functions src/relay src/targets
+# One include path: headers are named by folder ("relay/delivery.h"), so
+# none of ours can shadow a library's (libnats installs <nats.h>).
+PG_CPPFLAGS = -I$(srcdir)/src -DOUTBOX_VERSION='"$(OUTBOX_VERSION)"' $(shell $(CURL_CONFIG) --cflags)
 # No -Werror here: a newer compiler's new warning must not break a user's
 # build.  scripts/test.sh (CI) adds it with COPT=-Werror.
 PG_CFLAGS = -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers

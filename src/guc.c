@@ -17,8 +17,8 @@
 #include "utils/guc.h"
 #include "utils/memutils.h"
 
-#include "address.h"
-#include "format.h"
+#include "targets/address.h"
+#include "targets/format.h"
 #include "guc.h"
 #include "shmem.h"
 

@@ -8,8 +8,8 @@
 #ifndef OUTBOX_GUC_H
 #define OUTBOX_GUC_H
 
-#include "address.h"
-#include "policy.h"
+#include "targets/address.h"
+#include "relay/policy.h"
 
 extern int	outbox_max_payload_size;
 extern char *outbox_database;

@@ -18,7 +18,7 @@
 #include "fmgr.h"
 
 #include "guc.h"
-#include "launcher.h"
+#include "relay/launcher.h"
 #include "shmem.h"
 
 PG_MODULE_MAGIC;

@@ -1,6 +1,6 @@
 # The hostile receiver's cases of t/008_hostile.pl over TLS: the same
 # misbehaviours inside TLS connections, which the relay makes itself
-# (src/target/http1.c), and the same outcomes.
+# (src/targets/http1.c), and the same outcomes.
 use strict;
 use warnings;
 use FindBin;

@@ -55,7 +55,7 @@
 #include "utils/timestamp.h"
 #include "utils/xid8.h"
 
-#include "append.h"
+#include "functions/append.h"
 
 #define NSLOTS 3
 

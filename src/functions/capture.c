@@ -40,9 +40,9 @@
 #include "utils/rel.h"
 #include "utils/syscache.h"
 
-#include "append.h"
-#include "emit.h"
-#include "validate.h"
+#include "functions/append.h"
+#include "functions/emit.h"
+#include "functions/validate.h"
 
 PG_FUNCTION_INFO_V1(capture);
 

@@ -34,12 +34,12 @@
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
 
-#include "append.h"
-#include "emit.h"
+#include "functions/append.h"
+#include "functions/emit.h"
 #include "guc.h"
 #include "shmem.h"
 #include "spi_plan.h"
-#include "validate.h"
+#include "functions/validate.h"
 
 PG_FUNCTION_INFO_V1(emit);
 PG_FUNCTION_INFO_V1(emit_many);

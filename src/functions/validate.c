@@ -20,7 +20,7 @@
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 
-#include "validate.h"
+#include "functions/validate.h"
 
 PG_FUNCTION_INFO_V1(outbox_check_event_types);
 PG_FUNCTION_INFO_V1(outbox_check_headers);

@@ -31,7 +31,7 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
-#include "credentials.h"
+#include "relay/credentials.h"
 
 /* After a failed fetch, deliveries fail without one for this long. */
 #define FETCH_AGAIN_MS			1000

@@ -12,8 +12,8 @@
 
 #include "utils/hsearch.h"
 
-#include "auth.h"
-#include "delivery.h"
+#include "targets/auth.h"
+#include "relay/delivery.h"
 
 /* What an endpoint's deliveries may do now. */
 typedef enum CredentialState

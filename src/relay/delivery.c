@@ -15,8 +15,8 @@
 
 #include "utils/timestamp.h"
 
-#include "delivery.h"
-#include "policy.h"
+#include "relay/delivery.h"
+#include "relay/policy.h"
 
 /*
  * A new batch of n deliveries for ep, zeroed, in cxt: a memory context of

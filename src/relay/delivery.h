@@ -16,10 +16,10 @@
 #include "lib/pairingheap.h"
 #include "utils/uuid.h"
 
-#include "format.h"
-#include "policy.h"
-#include "sign.h"
-#include "target.h"
+#include "targets/format.h"
+#include "relay/policy.h"
+#include "targets/sign.h"
+#include "targets/target.h"
 
 /* Where a detached endpoint's row moves with its detach (detach_past). */
 typedef struct DetachPast

@@ -21,12 +21,12 @@
 #include "utils/hsearch.h"
 #include "utils/timestamp.h"
 
-#include "credentials.h"
-#include "delivery.h"
-#include "endpoints.h"
-#include "limit.h"
-#include "store.h"
-#include "target.h"
+#include "relay/credentials.h"
+#include "relay/delivery.h"
+#include "relay/endpoints.h"
+#include "relay/limit.h"
+#include "relay/store.h"
+#include "targets/target.h"
 
 /*
  * The endpoint table, keyed by endpoint id, in cxt.  Empty: the first

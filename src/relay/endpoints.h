@@ -11,7 +11,7 @@
 
 #include "utils/hsearch.h"
 
-#include "delivery.h"
+#include "relay/delivery.h"
 
 extern HTAB *endpoints_create(MemoryContext cxt);
 extern void endpoints_load(HTAB *endpoints, MemoryContext cxt);

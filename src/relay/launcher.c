@@ -50,7 +50,7 @@
 #include "utils/timestamp.h"
 
 #include "guc.h"
-#include "launcher.h"
+#include "relay/launcher.h"
 #include "shmem.h"
 
 PG_FUNCTION_INFO_V1(outbox_launch);

@@ -39,7 +39,7 @@
 #include "lib/pairingheap.h"
 #include "utils/timestamp.h"
 
-#include "limit.h"
+#include "relay/limit.h"
 
 /* A held endpoint is released with at least this much of its rate. */
 #define HOLD_MIN_MS			10

@@ -10,7 +10,7 @@
 #ifndef OUTBOX_LIMIT_H
 #define OUTBOX_LIMIT_H
 
-#include "delivery.h"
+#include "relay/delivery.h"
 
 /* The longest pause a Retry-After is honoured for, in seconds. */
 #define LIMIT_MAX_PAUSE_SECS	86400.0

@@ -26,7 +26,7 @@
 #include <math.h>
 #include <curl/curl.h>
 
-#include "policy.h"
+#include "relay/policy.h"
 
 Outcome
 policy_classify(long status, bool transport_error, const char *delivery_header)

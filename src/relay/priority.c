@@ -26,7 +26,7 @@
  */
 #include "postgres.h"
 
-#include "priority.h"
+#include "relay/priority.h"
 
 /* A delivery's place in the sort: its effective priority, then its index. */
 typedef struct PriorityKey

@@ -8,7 +8,7 @@
 #ifndef OUTBOX_PRIORITY_H
 #define OUTBOX_PRIORITY_H
 
-#include "delivery.h"
+#include "relay/delivery.h"
 
 extern void priority_order(Batch *b);
 

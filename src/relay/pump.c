@@ -25,16 +25,16 @@
 #include "lib/ilist.h"
 #include "utils/timestamp.h"
 
-#include "credentials.h"
-#include "delivery.h"
+#include "relay/credentials.h"
+#include "relay/delivery.h"
 #include "guc.h"
-#include "http.h"
-#include "limit.h"
-#include "policy.h"
-#include "pump.h"
-#include "relay.h"
+#include "targets/http.h"
+#include "relay/limit.h"
+#include "relay/policy.h"
+#include "relay/pump.h"
+#include "relay/relay.h"
 #include "shmem.h"
-#include "target.h"
+#include "targets/target.h"
 
 /* Failing deliveries are reported at most this often per endpoint. */
 #define WARNING_INTERVAL_MS	60000

@@ -11,7 +11,7 @@
 
 #include "lib/ilist.h"
 
-#include "delivery.h"
+#include "relay/delivery.h"
 
 /* Answers this slow, most of a stream page's, make the next page larger. */
 #define SLOW_ANSWER_MS		50

@@ -11,7 +11,7 @@
 
 #include "fmgr.h"
 
-#include "delivery.h"
+#include "relay/delivery.h"
 
 extern PGDLLEXPORT void outbox_relay_main(Datum arg);
 

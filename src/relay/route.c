@@ -18,8 +18,8 @@
 
 #include "utils/memutils.h"
 
-#include "route.h"
-#include "validate.h"
+#include "relay/route.h"
+#include "functions/validate.h"
 
 /* An event type and the endpoints subscribed to exactly it. */
 typedef struct TypeRoute

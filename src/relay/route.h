@@ -11,7 +11,7 @@
 
 #include "utils/hsearch.h"
 
-#include "delivery.h"
+#include "relay/delivery.h"
 
 extern void route_build(HTAB *endpoints, MemoryContext parent);
 extern int	route_match(const char *type, RelayEndpoint ***matches);

@@ -45,8 +45,8 @@
 #include "utils/timestamp.h"
 
 #include "guc.h"
-#include "http.h"
-#include "sender.h"
+#include "targets/http.h"
+#include "relay/sender.h"
 
 /* Each queue, per sender and direction. */
 #define QUEUE_SIZE			(256 * 1024)

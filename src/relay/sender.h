@@ -9,7 +9,7 @@
 #ifndef OUTBOX_SENDER_H
 #define OUTBOX_SENDER_H
 
-#include "http.h"
+#include "targets/http.h"
 
 /* The relay's side. */
 extern void senders_start(const char *dbname);

@@ -37,7 +37,7 @@
 
 #include "guc.h"
 #include "spi_plan.h"
-#include "store.h"
+#include "relay/store.h"
 
 static SPIPlanPtr endpoints_plan = NULL;
 static SPIPlanPtr rotate_plan = NULL;

@@ -8,8 +8,8 @@
 #ifndef OUTBOX_STORE_H
 #define OUTBOX_STORE_H
 
-#include "auth.h"
-#include "delivery.h"
+#include "targets/auth.h"
+#include "relay/delivery.h"
 
 /*
  * OUTBOX_VERSION, the version of the extension's SQL this library works

@@ -17,12 +17,12 @@
 #include "nodes/pg_list.h"
 #include "utils/timestamp.h"
 
-#include "credentials.h"
+#include "relay/credentials.h"
 #include "guc.h"
-#include "pump.h"
-#include "relay.h"
-#include "target.h"
-#include "stream.h"
+#include "relay/pump.h"
+#include "relay/relay.h"
+#include "targets/target.h"
+#include "relay/stream.h"
 
 /*
  * A part of the stream's page with requests in flight and no answer for

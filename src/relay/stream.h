@@ -12,7 +12,7 @@
 #include "lib/ilist.h"
 #include "utils/timestamp.h"
 
-#include "delivery.h"
+#include "relay/delivery.h"
 
 /*
  * Once at most a quarter of a page's parts are left, a part is a laggard

@@ -1,12 +1,12 @@
 /*-------------------------------------------------------------------------
  *
  * cases.c
- *	  The HTTP/1.1 response parser (src/target/h1parse.c) case by case:
+ *	  The HTTP/1.1 response parser (src/targets/h1parse.c) case by case:
  *	  each response, fed whole and then a byte at a time, must read the
  *	  same and as expected.  Prints one "ok" or "not ok" line a case and
  *	  ends with "N passed, N failed"; exits 1 on any failure.
  *
- *	  cc -I src/target test/h1/cases.c src/target/h1parse.c
+ *	  cc -I src test/h1/cases.c src/targets/h1parse.c
  *
  *-------------------------------------------------------------------------
  */

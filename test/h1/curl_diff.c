@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * curl_diff.c
- *	  The parser (src/target/h1parse.c) beside libcurl, response by
+ *	  The parser (src/targets/h1parse.c) beside libcurl, response by
  *	  response: each response of cases.h is served by a thread of this
  *	  program on 127.0.0.1, asked for by libcurl (a GET, then a second GET
  *	  on the same handle, which goes on the same connection if libcurl kept
@@ -19,7 +19,7 @@
  *	  Prints one "ok" or "not ok" line a case and ends with "h1 curl: N
  *	  passed, N failed"; exits 1 on any failure.
  *
- *	  cc -I src/target test/h1/curl_diff.c src/target/h1parse.c -lcurl -lpthread
+ *	  cc -I src test/h1/curl_diff.c src/targets/h1parse.c -lcurl -lpthread
  *
  *-------------------------------------------------------------------------
  */

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test/h1/run.sh: the HTTP/1.1 response parser on its own (src/target/h1parse.c):
+# test/h1/run.sh: the HTTP/1.1 response parser on its own (src/targets/h1parse.c):
 # the unit cases, the same cases beside libcurl (curl_diff.c), then the
 # libFuzzer target over the seed corpus for a bounded time (H1_FUZZ_SECONDS,
 # 60 by default; 0 runs the corpus once); the cases and the fuzz target under
@@ -8,13 +8,13 @@
 set -uo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
-SRC="$HERE/../../src/target"
+SRC="$HERE/../../src/targets"
 WORK=$(mktemp -d /tmp/outbox-h1.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 SECONDS_FOR_FUZZ=${H1_FUZZ_SECONDS:-60}
 passed=0
 failed=0
-CFLAGS=(-g -O1 -Wall -Wextra -Wno-missing-field-initializers -Werror -I "$SRC" -I "$HERE")
+CFLAGS=(-g -O1 -Wall -Wextra -Wno-missing-field-initializers -Werror -I "$SRC/.." -I "$HERE")
 
 echo "== h1: unit cases"
 if cc "${CFLAGS[@]}" -fsanitize=address,undefined -fno-sanitize-recover=all \

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "h1parse.h"
+#include "targets/h1parse.h"
 
 typedef struct Transcript
 {

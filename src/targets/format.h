@@ -43,6 +43,7 @@ typedef struct EventParts
 } EventParts;
 
 extern bool outbox_format_from_name(const char *name, OutboxFormat *format);
+extern bool outbox_format_ce_header(const char *name, size_t len);
 extern void outbox_format_set_database(const char *dbname);
 extern void outbox_format_source_changed(void);
 extern bool outbox_uri_reference_valid(const char *s);

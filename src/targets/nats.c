@@ -95,13 +95,13 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
-#include "address.h"
-#include "credentials.h"
-#include "delivery.h"
-#include "format.h"
+#include "targets/address.h"
+#include "relay/credentials.h"
+#include "relay/delivery.h"
+#include "targets/format.h"
 #include "guc.h"
-#include "nats.h"
-#include "target.h"
+#include "targets/nats.h"
+#include "targets/target.h"
 
 /* Block every signal around a libnats call that may start threads. */
 #define SIGNALS_OFF(call) \
@@ -1254,8 +1254,18 @@ nats_configure(void)
 			c->retired = true;
 }
 
+/* TargetOps.check_url: a URL nats_parse_url reads, as written. */
+static char *
+nats_check_url(const char *url, const char **problem)
+{
+	NatsUrl	parsed;
+
+	return nats_parse_url(url, &parsed, problem) ? pstrdup(url) : NULL;
+}
+
 const TargetOps outbox_nats_target = {
 	.name = "nats",
+	.check_url = nats_check_url,
 	.submit = nats_submit,
 	.next_done = nats_next_done,
 	.poll = nats_poll,

@@ -14,7 +14,7 @@
 #include "datatype/timestamp.h"
 #include "lib/ilist.h"
 
-#include "h1parse.h"
+#include "targets/h1parse.h"
 
 #define OUTBOX_MAX_URL			2048
 #define OUTBOX_RESPONSE_KEEP	512 /* response bytes kept for the log */
@@ -108,6 +108,7 @@ http_kept_char(char c)
 }
 
 extern char *http_check_url(const char *url, const char *what);
+extern void http_bad_url(const char *url, const char *what, const char *detail) pg_attribute_noreturn();
 extern int	http_socket_room(int wanted);
 extern void http_start(int max_total);
 extern void http_configure(int max_total);

@@ -9,7 +9,7 @@
 #ifndef OUTBOX_KAFKA_H
 #define OUTBOX_KAFKA_H
 
-#include "http.h"
+#include "targets/http.h"
 
 #define KAFKA_TOPIC_MAX		249 /* Kafka's own limit on a topic name */
 #define KAFKA_EVENT_TYPE	"{event_type}"

@@ -24,7 +24,7 @@
 #include <ctype.h>
 #include <netinet/in.h>
 
-#include "address.h"
+#include "targets/address.h"
 
 typedef struct Range
 {

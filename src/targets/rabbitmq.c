@@ -88,13 +88,13 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
-#include "address.h"
-#include "credentials.h"
-#include "delivery.h"
-#include "format.h"
+#include "targets/address.h"
+#include "relay/credentials.h"
+#include "relay/delivery.h"
+#include "targets/format.h"
 #include "guc.h"
-#include "rabbitmq.h"
-#include "target.h"
+#include "targets/rabbitmq.h"
+#include "targets/target.h"
 
 #define AMQP_CHANNEL			1
 #define AMQPS_DEFAULT_PORT		5671
@@ -1564,8 +1564,18 @@ rabbitmq_configure(void)
 			p->retired = true;
 }
 
+/* TargetOps.check_url: a URL rabbitmq_parse_url reads, as written. */
+static char *
+rabbitmq_check_url(const char *url, const char **problem)
+{
+	RabbitUrl	parsed;
+
+	return rabbitmq_parse_url(url, &parsed, problem) ? pstrdup(url) : NULL;
+}
+
 const TargetOps outbox_rabbitmq_target = {
 	.name = "rabbitmq",
+	.check_url = rabbitmq_check_url,
 	.submit = rabbitmq_submit,
 	.next_done = rabbitmq_next_done,
 	.poll = rabbitmq_poll,

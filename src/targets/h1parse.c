@@ -41,7 +41,7 @@
  *
  *-------------------------------------------------------------------------
  */
-#include "h1parse.h"
+#include "targets/h1parse.h"
 
 #include <string.h>
 

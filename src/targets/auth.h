@@ -41,6 +41,15 @@ typedef struct AuthConfig
 	char	   *sasl_mechanism;	/* PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 */
 } AuthConfig;
 
+/* What auth objects are, for errors. */
+#define OUTBOX_AUTH_FORMS \
+	"auth is {\"bearer\": token}, {\"client_cert\": path, \"client_key\": path}, " \
+	"or {\"oauth2\": {\"token_url\": url, \"client_id\": id, \"client_secret\": secret, " \
+	"\"scope\": scopes}}; client_cert and client_key may stand beside bearer or oauth2.  " \
+	"A broker's auth is {\"username\": name, \"password\": password} (RabbitMQ, NATS), " \
+	"{\"token\": token} (NATS) or {\"sasl\": {\"mechanism\": m, \"username\": name, " \
+	"\"password\": password}} (Kafka)."
+
 extern const char *auth_read(Jsonb *auth, AuthConfig *out, MemoryContext cxt);
 extern bool auth_equal(const AuthConfig *a, const AuthConfig *b);
 extern bool auth_same(const char *a, const char *b);

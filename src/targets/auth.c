@@ -2,10 +2,10 @@
  *
  * auth.c
  *	  Client authentication of an endpoint (docs/authentication.md):
- *	  the auth object's checks, as create_endpoint and alter_endpoint run
- *	  them (outbox._check_auth, _check_auth_headers) and
- *	  as the relay reads the stored object (auth_read), and the OAuth2
- *	  client-credentials grant's request and response (RFC 6749, 4.4).
+ *	  reading the auth object (auth_read), as create_endpoint and
+ *	  alter_endpoint check it (src/functions/checks.c) and as the relay
+ *	  reads the stored object, and the OAuth2 client-credentials grant's
+ *	  request and response (RFC 6749, 4.4).
  *
  * The forms: {"bearer": token}; {"client_cert": path, "client_key": path};
  * {"oauth2": {"token_url", "client_id", "client_secret", "scope"}}.  A
@@ -16,8 +16,8 @@
  * (Kafka).  Which keys an endpoint's URL takes is checked by
  * outbox._check_auth_target, once the URL is known.
  *
- * Nothing here keeps state or does I/O beyond the checks of the
- * certificate files; src/relay/credentials.c applies the forms to
+ * Nothing here keeps state or does I/O (the certificate files are checked
+ * in src/functions/checks.c); src/relay/credentials.c applies the forms to
  * requests and keeps the OAuth2 tokens.  No message names a secret's
  * value.
  *
@@ -25,35 +25,18 @@
  */
 #include "postgres.h"
 
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include "catalog/pg_authid.h"
 #include "common/base64.h"
 #include "common/jsonapi.h"
 #include "fmgr.h"
 #include "lib/stringinfo.h"
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
-#include "storage/fd.h"
-#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 #include "utils/memutils.h"
 
-#include "auth.h"
-#include "http.h"
-
-PG_FUNCTION_INFO_V1(outbox_check_auth);
-PG_FUNCTION_INFO_V1(outbox_check_auth_headers);
-
-#define AUTH_FORMS_DETAIL \
-	"auth is {\"bearer\": token}, {\"client_cert\": path, \"client_key\": path}, " \
-	"or {\"oauth2\": {\"token_url\": url, \"client_id\": id, \"client_secret\": secret, " \
-	"\"scope\": scopes}}; client_cert and client_key may stand beside bearer or oauth2.  " \
-	"A broker's auth is {\"username\": name, \"password\": password} (RabbitMQ, NATS), " \
-	"{\"token\": token} (NATS) or {\"sasl\": {\"mechanism\": m, \"username\": name, " \
-	"\"password\": password}} (Kafka)."
+#include "targets/auth.h"
+#include "targets/http.h"
 
 /* May a value be sent in a header or a form: no control characters. */
 static bool
@@ -299,143 +282,6 @@ auth_equal(const AuthConfig *a, const AuthConfig *b)
 		auth_same(a->password, b->password) &&
 		auth_same(a->token, b->token) &&
 		auth_same(a->sasl_mechanism, b->sasl_mechanism);
-}
-
-/*
- * Whether a PEM key file is encrypted: PKCS#8's "ENCRYPTED PRIVATE KEY"
- * or the traditional "Proc-Type: 4,ENCRYPTED" header, in its first 4 kB.
- */
-static bool
-key_encrypted(const char *path)
-{
-	char		head[4097];
-	size_t		len;
-	FILE	   *f = AllocateFile(path, "r");
-
-	if (f == NULL)
-		return false;
-	len = fread(head, 1, sizeof(head) - 1, f);
-	FreeFile(f);
-	head[len] = '\0';
-	return strstr(head, "ENCRYPTED") != NULL;
-}
-
-/*
- * A client certificate or key file: an absolute path to a regular file
- * this server (the relay runs as the same user) can read, and a key that
- * needs no passphrase.
- */
-static void
-check_file(const char *path, const char *what)
-{
-	struct stat st;
-
-	if (!is_absolute_path(path))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("auth's %s must be an absolute path", what)));
-	if (stat(path, &st) != 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("auth's %s \"%s\" cannot be read: %m", what, path)));
-	if (!S_ISREG(st.st_mode))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("auth's %s \"%s\" is not a regular file", what, path)));
-	if (access(path, R_OK) != 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("auth's %s \"%s\" cannot be read: %m", what, path),
-				 errdetail("The file must be readable by the operating system user the server runs as.")));
-	if (strcmp(what, "client_key") == 0 && key_encrypted(path))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("auth's client_key \"%s\" is encrypted", path),
-				 errdetail("The relay has no passphrase for it (OpenSSL would ask for one on the server's terminal)."),
-				 errhint("Give a key without a passphrase, readable only by the operating system user the server runs as.")));
-}
-
-/*
- * outbox._check_auth(jsonb) returns jsonb: the auth object, checked; NULL
- * for NULL or '{}' (no client authentication).  A client certificate and
- * key are files the server reads and presents to a receiver: naming them
- * takes the privileges of pg_read_server_files, as COPY FROM a file does.
- */
-Datum
-outbox_check_auth(PG_FUNCTION_ARGS)
-{
-	Jsonb	   *auth;
-	AuthConfig	a;
-	const char *problem;
-
-	if (PG_ARGISNULL(0))
-		PG_RETURN_NULL();
-	auth = PG_GETARG_JSONB_P(0);
-	problem = auth_read(auth, &a, CurrentMemoryContext);
-	if (problem != NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s", problem),
-				 errdetail(AUTH_FORMS_DETAIL)));
-	if (a.bearer == NULL && a.client_cert == NULL && a.token_url == NULL &&
-		a.username == NULL && a.token == NULL)
-		PG_RETURN_NULL();
-	if (a.token_url != NULL)
-		(void) http_check_url(a.token_url, "oauth2 token_url");
-	if (a.client_cert != NULL)
-	{
-		if (!has_privs_of_role(GetUserId(), ROLE_PG_READ_SERVER_FILES))
-			ereport(ERROR,
-					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-					 errmsg("permission denied to name a client certificate"),
-					 errdetail("Only roles with privileges of the \"pg_read_server_files\" role may make the server read a file.")));
-		check_file(a.client_cert, "client_cert");
-		check_file(a.client_key, "client_key");
-	}
-	PG_RETURN_JSONB_P(auth);
-}
-
-/*
- * outbox._check_auth_headers(auth jsonb, headers jsonb): an endpoint whose
- * auth sets the Authorization header (bearer, oauth2) may not have one of
- * its own as well.  The auth object is one _check_auth passed.
- */
-Datum
-outbox_check_auth_headers(PG_FUNCTION_ARGS)
-{
-	Jsonb	   *auth;
-	Jsonb	   *headers;
-	JsonbIterator *it;
-	JsonbValue	k;
-	JsonbIteratorToken tok;
-	JsonbValue	key;
-
-	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
-		PG_RETURN_VOID();
-	auth = PG_GETARG_JSONB_P(0);
-	headers = PG_GETARG_JSONB_P(1);
-	if (!JB_ROOT_IS_OBJECT(auth) || !JB_ROOT_IS_OBJECT(headers))
-		PG_RETURN_VOID();
-	key.type = jbvString;
-	key.val.string.val = "bearer";
-	key.val.string.len = 6;
-	if (findJsonbValueFromContainer(&auth->root, JB_FOBJECT, &key) == NULL)
-	{
-		key.val.string.val = "oauth2";
-		if (findJsonbValueFromContainer(&auth->root, JB_FOBJECT, &key) == NULL)
-			PG_RETURN_VOID();
-	}
-	it = JsonbIteratorInit(&headers->root);
-	while ((tok = JsonbIteratorNext(&it, &k, true)) != WJB_DONE)
-		if (tok == WJB_KEY && k.val.string.len == 13 &&
-			pg_strncasecmp(k.val.string.val, "authorization", 13) == 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("an endpoint with auth's %s cannot have an Authorization header of its own",
-							key.val.string.val),
-					 errdetail("The relay sets Authorization from auth."),
-					 errhint("Remove Authorization from the endpoint's headers, or remove auth (auth => '{}').")));
-	PG_RETURN_VOID();
 }
 
 /*

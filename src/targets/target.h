@@ -25,7 +25,7 @@
 #ifndef OUTBOX_TARGET_H
 #define OUTBOX_TARGET_H
 
-#include "http.h"
+#include "targets/http.h"
 
 struct Delivery;
 
@@ -65,7 +65,10 @@ typedef struct TargetResult
 } TargetResult;
 
 /*
- * A target.  submit() takes a delivery whose event_id_str is filled and
+ * A target.  check_url() reads an endpoint URL of its schemes: the URL as
+ * the endpoint keeps it (palloc'd), or NULL with *problem saying why not;
+ * it may also raise the error itself.  It runs in any backend, for
+ * create_endpoint() and alter_endpoint().  submit() takes a delivery whose event_id_str is filled and
  * whose result is zeroed, and must not fail for a reason of the delivery's:
  * what cannot be sent comes back from next_done() with a result that says
  * why.  next_done() returns one finished delivery at a time, NULL when
@@ -77,6 +80,7 @@ typedef struct TargetResult
 typedef struct TargetOps
 {
 	const char *name;
+	char	   *(*check_url) (const char *url, const char **problem);
 	void		(*submit) (struct Delivery *d, int relay_in_flight);
 	struct Delivery *(*next_done) (void);
 	void		(*poll) (void);
@@ -86,6 +90,7 @@ typedef struct TargetOps
 } TargetOps;
 
 extern TargetKind target_of_url(const char *url);
+extern char *target_check_url(const char *url);
 extern bool target_takes_slot(TargetKind kind);
 extern bool target_split_server(const char *s, size_t len, char *host, size_t host_size,
 								int *port);

@@ -9,7 +9,7 @@
 #ifndef OUTBOX_NATS_H
 #define OUTBOX_NATS_H
 
-#include "http.h"
+#include "targets/http.h"
 
 #define NATS_SUBJECT_MAX	255 /* the subject template, in bytes */
 #define NATS_SUBJECT_SENT_MAX	1024	/* a subject as sent */

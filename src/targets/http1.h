@@ -10,7 +10,7 @@
 
 #include "datatype/timestamp.h"
 
-#include "http.h"
+#include "targets/http.h"
 
 extern bool http1_submit(HttpRequest *req);
 extern void http1_connected(HttpRequest *req, pgsocket fd, uint32 generation);

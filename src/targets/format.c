@@ -18,8 +18,8 @@
  * palloc'd in the caller's memory context.  The CloudEvents source is
  * outbox.cloudevents_source, or by default the relay's database as
  * postgresql:///<name>; outbox_format_set_database() gives the name once.
- * outbox._check_format() is the SQL side: the names, and the headers an
- * endpoint may not set in a format.
+ * outbox._check_format() (src/functions/checks.c) is the SQL side: the
+ * names, and the headers an endpoint may not set in a format.
  *
  *-------------------------------------------------------------------------
  */
@@ -33,10 +33,9 @@
 #include "utils/jsonb.h"
 #include "utils/memutils.h"
 
-#include "format.h"
+#include "targets/format.h"
 #include "guc.h"
 
-PG_FUNCTION_INFO_V1(outbox_check_format);
 
 static const char *const format_names[OUTBOX_FORMATS] = {
 	"standard-webhooks", "cloudevents", "cloudevents-binary"
@@ -337,8 +336,9 @@ outbox_format_headers(OutboxFormat format, const EventParts *ev, char **lines)
 	return n;
 }
 
-static bool
-is_ce_attribute_header(const char *name, size_t len)
+/* Is name (len bytes) a ce-* header binary mode sets, in any case? */
+bool
+outbox_format_ce_header(const char *name, size_t len)
 {
 	for (int i = 0; ce_attribute_headers[i]; i++)
 		if (strlen(ce_attribute_headers[i]) == len &&
@@ -356,45 +356,5 @@ bool
 outbox_format_sets_header(OutboxFormat format, const char *line)
 {
 	return format == OUTBOX_FORMAT_CLOUDEVENTS_BINARY &&
-		is_ce_attribute_header(line, strcspn(line, ":"));
-}
-
-/*
- * outbox._check_format(format text, headers jsonb) returns text: the
- * format, checked, and the endpoint's headers (already checked as
- * headers) against it: in cloudevents-binary they may not name an
- * attribute's ce-* header.
- */
-Datum
-outbox_check_format(PG_FUNCTION_ARGS)
-{
-	char	   *name;
-	OutboxFormat format;
-
-	if (PG_ARGISNULL(0))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("format must not be NULL")));
-	name = text_to_cstring(PG_GETARG_TEXT_PP(0));
-	if (!outbox_format_from_name(name, &format))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("invalid format \"%s\"", name),
-				 errdetail("A format is \"standard-webhooks\", \"cloudevents\" or \"cloudevents-binary\".")));
-	if (format == OUTBOX_FORMAT_CLOUDEVENTS_BINARY && !PG_ARGISNULL(1))
-	{
-		Jsonb	   *headers = PG_GETARG_JSONB_P(1);
-		JsonbIterator *it = JsonbIteratorInit(&headers->root);
-		JsonbValue	v;
-		JsonbIteratorToken tok;
-
-		while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
-			if (tok == WJB_KEY && is_ce_attribute_header(v.val.string.val, v.val.string.len))
-				ereport(ERROR,
-						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-						 errmsg("header \"%s\" is set by outbox itself in format \"%s\"",
-								pnstrdup(v.val.string.val, v.val.string.len), name),
-						 errdetail("In CloudEvents binary mode outbox sends the attributes specversion, id, source, type, subject and time as ce-* headers, and datacontenttype as Content-Type.")));
-	}
-	PG_RETURN_TEXT_P(cstring_to_text(name));
+		outbox_format_ce_header(line, strcspn(line, ":"));
 }

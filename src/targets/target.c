@@ -20,13 +20,13 @@
 
 #include "utils/memutils.h"
 
-#include "delivery.h"
+#include "relay/delivery.h"
 #include "guc.h"
-#include "http.h"
-#include "kafka.h"
-#include "nats.h"
-#include "rabbitmq.h"
-#include "target.h"
+#include "targets/http.h"
+#include "targets/kafka.h"
+#include "targets/nats.h"
+#include "targets/rabbitmq.h"
+#include "targets/target.h"
 
 static const TargetOps *const targets[TARGET_KINDS] = {
 	[TARGET_WEBHOOK] = &outbox_webhook_target,
@@ -46,6 +46,23 @@ target_of_url(const char *url)
 	if (pg_strncasecmp(url, "amqp://", 7) == 0 || pg_strncasecmp(url, "amqps://", 8) == 0)
 		return TARGET_RABBITMQ;
 	return TARGET_WEBHOOK;
+}
+
+/*
+ * An endpoint URL, checked by its target: the URL the endpoint keeps, its
+ * scheme in lower case; an invalid one is an error (22023).
+ */
+char *
+target_check_url(const char *url)
+{
+	const char *problem = NULL;
+	char	   *checked = targets[target_of_url(url)]->check_url(url, &problem);
+
+	if (checked == NULL)
+		http_bad_url(url, "endpoint URL", problem);
+	for (char *c = checked; *c != '\0' && *c != ':'; c++)
+		*c = pg_tolower((unsigned char) *c);
+	return checked;
 }
 
 /*

@@ -71,8 +71,8 @@
 #include "utils/timestamp.h"
 
 #include "guc.h"
-#include "h1parse.h"
-#include "http1.h"
+#include "targets/h1parse.h"
+#include "targets/http1.h"
 
 #ifdef HAVE_SYS_EPOLL_H
 #include <sys/epoll.h>

@@ -1,9 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * http.c
- *	  HTTP through libcurl: the check of endpoint URLs (libcurl's own URL
- *	  parser, so that what is accepted is exactly what libcurl will later
- *	  request), and the multi-handle wrapper the relay submits requests to,
+ *	  HTTP through libcurl: the check of webhook and token URLs (libcurl's
+ *	  own URL parser, so that what is accepted is exactly what libcurl will
+ *	  later request), and the multi-handle wrapper the relay submits requests to,
  *	  with the address policy applied at connect time (address.c).
  *
  * The wrapper runs in the relay and in its sender processes (sender.c),
@@ -34,16 +34,11 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
-#include "address.h"
+#include "targets/address.h"
 #include "guc.h"
-#include "http.h"
-#include "http1.h"
-#include "kafka.h"
-#include "nats.h"
-#include "rabbitmq.h"
-#include "target.h"
+#include "targets/http.h"
+#include "targets/http1.h"
 
-PG_FUNCTION_INFO_V1(outbox_check_url);
 
 /*
  * The URL as messages may show it: what stands between the scheme and the
@@ -70,62 +65,14 @@ url_for_messages(const char *url)
 	return psprintf("%.*s***%s", (int) (auth - url), url, at);
 }
 
-static void
-bad_url(const char *url, const char *what, const char *detail)
+/* An invalid URL (what names it) is refused, credentials left out. */
+void
+http_bad_url(const char *url, const char *what, const char *detail)
 {
 	ereport(ERROR,
 			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 			 errmsg("invalid %s \"%s\"", what, url_for_messages(url)),
 			 errdetail("%s", detail)));
-}
-
-/*
- * outbox._check_url(text) returns text: the endpoint URL normalized.  A
- * kafka://, kafkas://, nats://, tls:// (NATS over TLS), amqp:// or
- * amqps:// URL is one the Kafka, NATS or RabbitMQ
- * target can use (kafka.c, nats.c, rabbitmq.c), its scheme in lower case;
- * any other is a webhook's, as http_check_url() takes it.
- */
-Datum
-outbox_check_url(PG_FUNCTION_ARGS)
-{
-	char	   *url = text_to_cstring(PG_GETARG_TEXT_PP(0));
-	const char *problem = NULL;
-	bool		valid;
-
-	/* The broker targets read their own URLs (kafka.c, nats.c, rabbitmq.c). */
-	switch (target_of_url(url))
-	{
-		case TARGET_KAFKA:
-			{
-				KafkaUrl	parsed;
-
-				valid = kafka_parse_url(url, &parsed, &problem);
-				break;
-			}
-		case TARGET_NATS:
-			{
-				NatsUrl		parsed;
-
-				valid = nats_parse_url(url, &parsed, &problem);
-				break;
-			}
-		case TARGET_RABBITMQ:
-			{
-				RabbitUrl	parsed;
-
-				valid = rabbitmq_parse_url(url, &parsed, &problem);
-				break;
-			}
-		default:
-			PG_RETURN_TEXT_P(cstring_to_text(http_check_url(url, "endpoint URL")));
-	}
-	if (!valid)
-		bad_url(url, "endpoint URL", problem);
-	/* The scheme in lower case, the rest as written. */
-	for (char *c = url; *c != ':'; c++)
-		*c = pg_tolower((unsigned char) *c);
-	PG_RETURN_TEXT_P(cstring_to_text(url));
 }
 
 /*
@@ -197,7 +144,7 @@ http_check_url(const char *url, const char *what)
 	curl_url_cleanup(h);
 
 	if (problem != NULL)
-		bad_url(url, what, problem);
+		http_bad_url(url, what, problem);
 	return result;
 }
 

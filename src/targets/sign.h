@@ -16,6 +16,7 @@
 #define OUTBOX_SIGNATURE_LEN	45
 
 extern bool outbox_secret_key(const char *secret, int len, uint8 *key, int *keylen);
+extern void outbox_secret_key_checked(text *secret, uint8 *key, int *keylen);
 extern void outbox_sign(const uint8 *key, int keylen,
 						const char *msgid, int msgidlen, int64 timestamp,
 						const char *body, size_t bodylen,

@@ -20,13 +20,13 @@
 
 #include "utils/resowner.h"
 
-#include "credentials.h"
-#include "delivery.h"
-#include "format.h"
-#include "http.h"
-#include "sender.h"
-#include "sign.h"
-#include "target.h"
+#include "relay/credentials.h"
+#include "relay/delivery.h"
+#include "targets/format.h"
+#include "targets/http.h"
+#include "relay/sender.h"
+#include "targets/sign.h"
+#include "targets/target.h"
 
 /* pg_hmac's resource owner: the relay signs with no transaction open. */
 static ResourceOwner signing_owner = NULL;
@@ -338,8 +338,16 @@ webhook_poll(void)
 {
 }
 
+/* TargetOps.check_url: http and https URLs, as libcurl normalizes them. */
+static char *
+webhook_check_url(const char *url, const char **problem)
+{
+	return http_check_url(url, "endpoint URL");
+}
+
 const TargetOps outbox_webhook_target = {
 	.name = "webhook",
+	.check_url = webhook_check_url,
 	.submit = webhook_submit,
 	.next_done = webhook_next_done,
 	.poll = webhook_poll,

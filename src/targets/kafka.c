@@ -69,13 +69,13 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
-#include "address.h"
-#include "credentials.h"
-#include "delivery.h"
-#include "format.h"
+#include "targets/address.h"
+#include "relay/credentials.h"
+#include "relay/delivery.h"
+#include "targets/format.h"
 #include "guc.h"
-#include "kafka.h"
-#include "target.h"
+#include "targets/kafka.h"
+#include "targets/target.h"
 
 /* One endpoint's producer. */
 typedef struct Producer
@@ -900,8 +900,18 @@ kafka_configure(void)
 			p->retired = true;
 }
 
+/* TargetOps.check_url: a URL kafka_parse_url reads, as written. */
+static char *
+kafka_check_url(const char *url, const char **problem)
+{
+	KafkaUrl	parsed;
+
+	return kafka_parse_url(url, &parsed, problem) ? pstrdup(url) : NULL;
+}
+
 const TargetOps outbox_kafka_target = {
 	.name = "kafka",
+	.check_url = kafka_check_url,
 	.submit = kafka_submit,
 	.next_done = kafka_next_done,
 	.poll = kafka_poll,

@@ -1,8 +1,9 @@
 -- outbox 1.5 -> 1.6.
 \echo Use "ALTER EXTENSION outbox UPDATE TO '1.6'" to load this file. \quit
 
--- Nothing is dropped or made again here, so the grants administrators
--- made stay where they are and no initial privilege is touched.
+-- Nothing an administrator may have granted on is dropped or made again
+-- here, so the grants stay where they are and no initial privilege is
+-- touched.
 
 -- emit() appends the event without asking for rights on the tables
 -- (src/functions/append.c): it no longer needs the owner's rights, and a
@@ -35,3 +36,10 @@ CREATE OR REPLACE FUNCTION outbox.capture()
 RETURNS trigger
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'capture';
+
+-- No update script writes the catalogs by hand any more: from 1.6 on they
+-- change objects in place and drop none that may carry an administrator's
+-- grants, so 1.5's helpers that granted again what a script recreated and
+-- set pg_init_privs back by hand (which managed services refuse) go.
+DROP FUNCTION outbox._grants_before();
+DROP FUNCTION outbox._grants_back();

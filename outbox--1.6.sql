@@ -1594,7 +1594,7 @@ $$;
 -- past the page when it records the page's last outcomes (_record).  This
 -- reader and the two below return an event's type, emit time and payload
 -- (as JSON text), of which the relay makes the body of each endpoint's
--- format (src/target/format.c), and its expires_at and priority (0 for
+-- format (src/targets/format.c), and its expires_at and priority (0 for
 -- NULL), which the relay applies per endpoint.  bytes_cut is true on the
 -- event that brings the page to max_bytes, which is then its last: the
 -- page is no sign its batch is done (a flag per row, not a maximum over
@@ -2626,102 +2626,13 @@ COMMENT ON TRIGGER stream_restored ON outbox.stream IS
 -- Grants across an update
 ----------------------------------------------------------------------------
 
--- An update script that drops an object and creates it again (a function
--- whose arguments change, a view whose columns do) would lose what an
--- administrator granted on it, and what a script grants is recorded as the
--- extension's initial privileges (pg_init_privs), which pg_dump leaves
--- out.  So each update script starts with _grants_before(), which keeps
--- the grants on every function and relation of the schema by name, and
--- ends with _grants_back(), which grants them again on what was created
--- anew and then sets the initial privileges back to what a fresh install
--- records (the owner's alone), so that pg_dump dumps every grant an
--- administrator made.  (Column grants on recreated tables are not kept.)
-CREATE FUNCTION outbox._grants_before() RETURNS void
-LANGUAGE sql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-    CREATE TEMP TABLE outbox_grants_before AS
-    SELECT 'f'::"char" AS kind, p.oid, p.proname::text AS name, p.proacl AS acl, p.proowner AS owner
-      FROM pg_proc p
-     WHERE p.pronamespace = 'outbox'::regnamespace AND p.proacl IS NOT NULL
-    UNION ALL
-    SELECT c.relkind, c.oid, c.relname::text, c.relacl, c.relowner
-      FROM pg_class c
-     WHERE c.relnamespace = 'outbox'::regnamespace AND c.relacl IS NOT NULL
-       AND c.relkind IN ('r', 'p', 'v', 'm', 'S');
-$$;
-COMMENT ON FUNCTION outbox._grants_before() IS
-    'internal, for update scripts: keep the grants on the schema''s functions and relations by name';
-
-CREATE FUNCTION outbox._grants_back() RETURNS void
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    g record;
-BEGIN
-    -- Grants on an object dropped and created again under the same name (a
-    -- function whose name is now that of exactly one function).
-    FOR g IN
-        SELECT CASE WHEN b.kind = 'f' THEN 'FUNCTION ' || p.oid::regprocedure::text
-                    WHEN b.kind = 'S' THEN 'SEQUENCE ' || c.oid::regclass::text
-                    ELSE 'TABLE ' || c.oid::regclass::text END AS target,
-               a.privilege_type, a.grantee, a.is_grantable
-          FROM pg_temp.outbox_grants_before b
-          LEFT JOIN pg_proc p
-            ON b.kind = 'f' AND p.pronamespace = 'outbox'::regnamespace AND p.proname = b.name
-           AND (SELECT count(*) FROM pg_proc q
-                 WHERE q.pronamespace = 'outbox'::regnamespace AND q.proname = b.name) = 1
-          LEFT JOIN pg_class c
-            ON b.kind <> 'f' AND c.relnamespace = 'outbox'::regnamespace AND c.relname = b.name
-         CROSS JOIN LATERAL aclexplode(b.acl) a
-         WHERE coalesce(p.oid, c.oid) IS NOT NULL AND coalesce(p.oid, c.oid) <> b.oid
-           AND a.grantee <> b.owner
-    LOOP
-        EXECUTE format('GRANT %s ON %s TO %s%s', g.privilege_type, g.target,
-                       CASE WHEN g.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(g.grantee::regrole::text) END,
-                       CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
-    END LOOP;
-    DROP TABLE pg_temp.outbox_grants_before;
-
-    -- The initial privileges as a fresh install records them: its script
-    -- revokes everything from PUBLIC and grants nothing, so each object's
-    -- owner alone.  (Updates before 1.5 recorded the grants they gave back.)
-    WITH owners AS (
-        SELECT 'pg_proc'::regclass AS cls, p.oid, p.proowner AS owner
-          FROM pg_proc p WHERE p.pronamespace = 'outbox'::regnamespace
-        UNION ALL
-        SELECT 'pg_class'::regclass, c.oid, c.relowner
-          FROM pg_class c WHERE c.relnamespace = 'outbox'::regnamespace
-        UNION ALL
-        SELECT 'pg_type'::regclass, t.oid, t.typowner
-          FROM pg_type t WHERE t.typnamespace = 'outbox'::regnamespace
-        UNION ALL
-        SELECT 'pg_namespace'::regclass, n.oid, n.nspowner
-          FROM pg_namespace n WHERE n.nspname = 'outbox'
-    ), given AS (
-        SELECT ip.classoid, ip.objoid, ip.objsubid,
-               ARRAY(SELECT i FROM unnest(ip.initprivs) i
-                      WHERE NOT EXISTS (SELECT 1 FROM aclexplode(ARRAY[i]) x
-                                         WHERE x.grantee <> o.owner)) AS owners_own
-          FROM pg_init_privs ip
-          JOIN owners o ON o.cls = ip.classoid AND o.oid = ip.objoid
-         WHERE ip.privtype = 'e'
-           AND EXISTS (SELECT 1 FROM aclexplode(ip.initprivs) x WHERE x.grantee <> o.owner)
-    ), kept AS (
-        UPDATE pg_init_privs ip SET initprivs = gv.owners_own
-          FROM given gv
-         WHERE ip.classoid = gv.classoid AND ip.objoid = gv.objoid AND ip.objsubid = gv.objsubid
-           AND ip.privtype = 'e' AND cardinality(gv.owners_own) > 0
-    )
-    DELETE FROM pg_init_privs ip
-     USING given gv
-     WHERE ip.classoid = gv.classoid AND ip.objoid = gv.objoid AND ip.objsubid = gv.objsubid
-       AND ip.privtype = 'e' AND cardinality(gv.owners_own) = 0;
-END
-$$;
-COMMENT ON FUNCTION outbox._grants_back() IS
-    'internal, for update scripts: grant again what _grants_before() kept on recreated objects; initial privileges as a fresh install records them';
+-- An update script changes objects in place (ALTER, CREATE OR REPLACE) and
+-- drops none that an administrator may have granted something on: a
+-- function whose arguments change keeps its old signature beside the new
+-- one, or the update notes say to grant again.  What an extension script
+-- grants is recorded as the extension's initial privileges, which pg_dump
+-- leaves out, and no script writes pg_init_privs itself (1.5's
+-- _grants_before() and _grants_back() did, and are gone since 1.6).
 
 ----------------------------------------------------------------------------
 -- Privileges: PUBLIC gets nothing.  README tells an administrator what to

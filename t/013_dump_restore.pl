@@ -77,10 +77,40 @@ SELECT string_agg(format('%s %s %s %s', id, event_id, event_type, payload), E'\n
   FROM outbox.events});
 	$s{inbox} = $node->safe_psql($db,
 		q{SELECT string_agg(consumer || ' ' || message_id, E'\n' ORDER BY consumer, message_id) FROM outbox.inbox});
+	# Who may do what in schema outbox: the schema's, every function's and
+	# every relation's privileges (the default ones written out).
+	$s{privileges} = $node->safe_psql($db, q{
+SELECT string_agg(x, E'\n' ORDER BY x) FROM (
+  SELECT format('schema %s %s', n.nspname, coalesce(n.nspacl, acldefault('n', n.nspowner))) AS x
+    FROM pg_namespace n WHERE n.nspname = 'outbox'
+  UNION ALL
+  SELECT format('function %s %s', p.oid::regprocedure, coalesce(p.proacl, acldefault('f', p.proowner)))
+    FROM pg_proc p WHERE p.pronamespace = 'outbox'::regnamespace
+  UNION ALL
+  SELECT format('relation %s %s', c.oid::regclass,
+                coalesce(c.relacl, acldefault(CASE WHEN c.relkind = 'S' THEN 's' ELSE 'r' END::"char", c.relowner)))
+    FROM pg_class c WHERE c.relnamespace = 'outbox'::regnamespace AND c.relkind IN ('r', 'p', 'v', 'S')) q});
 	return \%s;
 }
 
 wait_for_relay($src) or die 'relay did not start';
+
+# What an administrator grants on the extension's objects is dumped and
+# restored (docs/privileges.md's grants for an application and an operator;
+# the roles are global objects, made in each cluster).
+my $roles = q{
+CREATE ROLE regress_app;
+CREATE ROLE regress_ops;
+};
+$src->safe_psql('postgres', $roles);
+$src->safe_psql('postgres', q{
+GRANT USAGE ON SCHEMA outbox TO regress_app, regress_ops;
+GRANT EXECUTE ON FUNCTION outbox.emit(text, jsonb, text, jsonb, timestamptz, text, timestamptz, integer),
+                          outbox.emit_many(text, jsonb[], text[], jsonb, timestamptz, timestamptz, integer),
+                          outbox.mark_processed(text, text) TO regress_app;
+GRANT SELECT ON outbox.endpoint_status, outbox.backlog TO regress_ops;
+GRANT EXECUTE ON FUNCTION outbox.health() TO regress_ops WITH GRANT OPTION;
+});
 
 # The source's transaction ids start well above a fresh cluster's.
 burn_xids($src, 3000);
@@ -171,7 +201,7 @@ sub restore_and_check
 
 	# What the dump held.
 	my $restored = state_of($node, $db);
-	for my $k (qw(endpoints secrets dead events inbox))
+	for my $k (qw(endpoints secrets dead events inbox privileges))
 	{
 		is($restored->{$k}, $dumped->{$k}, "$label: $k as dumped");
 	}
@@ -277,6 +307,9 @@ SELECT pg_reload_conf();});
 }
 
 my $dst = outbox_node('dst', conf => $conf);
+$dst->safe_psql('postgres', $roles);
+like($dumped->{privileges}, qr/function outbox\.emit\(.*regress_app=X/, 'source: the grant on emit() is among the privileges compared');
+like($dumped->{privileges}, qr/function outbox\.health\(\).*regress_ops=X\*/, 'source: the grant with grant option too');
 cmp_ok(next_xid($dst), '<', $src_xmin, "another cluster's transaction ids are below the source's");
 restore_and_check($dst, 'restored_low', 'other cluster, lower xids', 1);
 

@@ -55,14 +55,20 @@ verify_signature(PG_FUNCTION_ARGS)
 	tol_secs = tolerance->time / USECS_PER_SEC +
 		((int64) tolerance->day + (int64) tolerance->month * DAYS_PER_MONTH) * SECS_PER_DAY;
 	if (tol_secs < 0)
+	{
+		explicit_bzero(key, sizeof(key));
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("tolerance must not be negative")));
+	}
 
 	now_secs = (GetCurrentTimestamp() / USECS_PER_SEC) +
 		((POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY);
 	if (timestamp < now_secs - tol_secs || timestamp > now_secs + tol_secs)
+	{
+		explicit_bzero(key, sizeof(key));
 		PG_RETURN_BOOL(false);
+	}
 
 	outbox_sign(key, keylen, VARDATA_ANY(msgid), VARSIZE_ANY_EXHDR(msgid), timestamp,
 				VARDATA_ANY(body), VARSIZE_ANY_EXHDR(body), expected);

@@ -36,7 +36,6 @@
 #include "targets/format.h"
 #include "guc.h"
 
-
 static const char *const format_names[OUTBOX_FORMATS] = {
 	"standard-webhooks", "cloudevents", "cloudevents-binary"
 };

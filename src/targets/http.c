@@ -39,7 +39,6 @@
 #include "targets/http.h"
 #include "targets/http1.h"
 
-
 /*
  * The URL as messages may show it: what stands between the scheme and the
  * last "@" is replaced by "***", since an error reaches clients, the

@@ -45,11 +45,13 @@ outbox_secret_key(const char *secret, int len, uint8 *key, int *keylen)
 		if (isspace((unsigned char) secret[i]))
 			return false;
 	n = pg_b64_decode(secret, len, buf, sizeof(buf));
-	if (n < OUTBOX_KEY_MIN || n > OUTBOX_KEY_MAX)
-		return false;
-	memcpy(key, buf, n);
-	*keylen = n;
-	return true;
+	if (n >= OUTBOX_KEY_MIN && n <= OUTBOX_KEY_MAX)
+	{
+		memcpy(key, buf, n);
+		*keylen = n;
+	}
+	explicit_bzero(buf, sizeof(buf));
+	return n >= OUTBOX_KEY_MIN && n <= OUTBOX_KEY_MAX;
 }
 
 /* The key of a secret into key, as outbox_secret_key; an error if invalid. */

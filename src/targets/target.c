@@ -2,13 +2,15 @@
  *
  * target.c
  *	  The delivery targets behind one interface (target.h): which target an
- *	  endpoint's URL names, and the relay's calls spread over all of them.
+ *	  endpoint's URL names and that target's check of it (in any backend),
+ *	  and the relay's calls spread over all of them.
  *
  * The relay sleeps in one wait: http_wait() sleeps on the latch and on
  * libcurl's sockets, and on the pipes the Kafka target's queues and the
  * NATS target's acknowledgements and the RabbitMQ target's publisher
- * threads write to (http_wait_also); after it, every target reads what arrived.  Runs
- * in the relay, with no transaction open.
+ * threads write to (http_wait_also); after it, every target reads what
+ * arrived.  All but target_check_url runs in the relay, with no
+ * transaction open.
  *
  *-------------------------------------------------------------------------
  */

@@ -15,7 +15,9 @@
  * the NATS JetStream target (nats.c), amqp to the RabbitMQ target
  * (rabbitmq.c).
  *
- * Everything here runs in the relay's process and thread.  A target whose
+ * Everything here runs in the relay's process and thread, but check_url,
+ * which create_endpoint() and alter_endpoint() call in any backend, inside
+ * its transaction (through outbox._check_url).  A target whose
  * client library runs threads of its own (librdkafka, libnats) keeps them away from
  * PostgreSQL: their news reaches the relay through a pipe in its wait set,
  * and the target reads it in target_poll().
@@ -68,8 +70,9 @@ typedef struct TargetResult
  * A target.  check_url() reads an endpoint URL of its schemes: the URL as
  * the endpoint keeps it (palloc'd), or NULL with *problem saying why not;
  * it may also raise the error itself.  It runs in any backend, for
- * create_endpoint() and alter_endpoint().  submit() takes a delivery whose event_id_str is filled and
- * whose result is zeroed, and must not fail for a reason of the delivery's:
+ * create_endpoint() and alter_endpoint().  submit() takes a delivery whose
+ * event_id_str is filled and whose result is zeroed, and must not fail for
+ * a reason of the delivery's:
  * what cannot be sent comes back from next_done() with a result that says
  * why.  next_done() returns one finished delivery at a time, NULL when
  * none.  poll() is called after every wait: a target whose client library

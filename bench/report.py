@@ -270,6 +270,19 @@ def build_rows_issue11(r, row):
         each_round(r, row, f"9 {int(num(r, f'{label}.endpoints')):,} endpoints", label,
                    "many_one" if paired else None, "one endpoint")
 
+    # 20. Endpoints created just before a burst (issue 35: every round, the
+    # worst too, >= 0.8 of one endpoint)
+    if "burst_many.rate" in r:
+        many, alone = num(r, "burst_many.rate"), num(r, "burst_one.rate")
+        pairs = list(zip([float(x) for x in r["burst_many.rounds"].split(",")],
+                         [float(x) for x in r["burst_one.rounds"].split(",")]))
+        worst = min(ratio(a, b) for a, b in pairs)
+        row(f"20 {int(num(r, 'burst_many.endpoints')):,} endpoints created just before a burst of "
+            f"{int(num(r, 'burst_many.deliveries')):,} events, own type each",
+            rate_and_cpu(r, "burst_many"), f"one endpoint, likewise {rate_and_cpu(r, 'burst_one')}",
+            f"{fmt(ratio(many, alone))} (worst round {fmt(worst)})", "≥ 0.80 in every round", worst >= 0.80)
+        each_round(r, row, "20", "burst_many", "burst_one", "one endpoint")
+
     # 10. Idle endpoints beside busy ones
     if "idle_beside.rate" in r:
         beside, alone = num(r, "idle_beside.rate"), num(r, "idle_alone.rate")

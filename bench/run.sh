@@ -93,6 +93,8 @@ TLS_ROUNDS=${TLS_ROUNDS:-3}                 # case 13: rounds of http and https
 HTTPS_WRK_CONNS=${HTTPS_WRK_CONNS:-64}      # case 17: wrk's connections over HTTPS
 HOSTS=${HOSTS:-1000}                        # cases 18, 19: https host names, one per endpoint
 HOSTS_ROUNDS=${HOSTS_ROUNDS:-3}             # case 18: rounds of one host and of HOSTS
+BURST_ENDPOINTS=${BURST_ENDPOINTS:-1000}    # case 20: endpoints created just before a burst
+BURST_ROUNDS=${BURST_ROUNDS:-5}             # case 20: rounds of one and of BURST_ENDPOINTS
 CONTROL_ROUNDS=${CONTROL_ROUNDS:-3}         # case expiry: rounds of off and on
 LIMIT_RATE=${LIMIT_RATE:-500}               # case rate: the limited endpoint's rate_limit
 LIMIT_SECONDS=${LIMIT_SECONDS:-20}          # case rate: its backlog, in seconds at that rate
@@ -1375,6 +1377,37 @@ case_https_hosts()
 	result hosts_idle.rssanon_kb "$(sort -n "$WORK/idle18.runs" | tail -n 1)"
 }
 
+# Case 20: endpoints created just before a burst, as a user creates them:
+# BURST_ENDPOINTS endpoints (each with its own event type) committed, then
+# at once MANY_EVENTS events of their types emitted in one transaction and
+# committed, against the same with one endpoint; timed from the burst's
+# commit.  Unlike case 9, nothing waits for the endpoints to follow the
+# stream.  BURST_ROUNDS rounds in turn; the median and the worst round
+# are reported.
+case_burst_new()
+{
+	local label n per round
+
+	use_default_settings
+	log "case 20: $BURST_ENDPOINTS endpoints created just before a burst of $MANY_EVENTS events, against one;" \
+		"$BURST_ROUNDS rounds in turn"
+	for round in $(seq "$BURST_ROUNDS"); do
+		for label in $(in_turn "$round" burst_one burst_many); do
+			n=1
+			[ "$label" = burst_many ] && n=$BURST_ENDPOINTS
+			per=$((MANY_EVENTS / n))
+			log "case 20, round $round: $n endpoints created, then $per events each"
+			fresh_outbox
+			new_endpoints burst 1 "$n" "http://127.0.0.1:$NGINX_PORT/burst" bench.e "30 seconds" off
+			deliver_backlog "${label}_$round" burst "$per" "$n" "$n"
+		done
+	done
+	for label in burst_one burst_many; do
+		keep_median_round "$label"
+	done
+	result burst_many.endpoints "$BURST_ENDPOINTS"
+}
+
 # Case 19: HOSTS https endpoints on HOSTS host names, on slow_receiver.js
 # answering after SLOW_DELAY_MS, SLOW_EVENTS events; deliveries counted as
 # in case 11 (a window after a warm-up).
@@ -1629,6 +1662,7 @@ main()
 	run_case 17 case_https
 	run_case 18 case_https_hosts
 	run_case 19 case_https_slow
+	run_case 20 case_burst_new
 	run_case expiry case_controls
 	run_case 14 case_kafka
 	run_case rate case_rate_limit

@@ -22,7 +22,8 @@
 # bench/rabbitmq.sh: AMQP_EVENTS, AMQP_ROUNDS) run only when named, as do
 # the cases of the delivery controls (issue 14): "expiry", "rate", "auth",
 # "format", "mtls" and "oauth2", each one endpoint with a control on against
-# off.
+# off, and case 20 (endpoints created just before a burst: BURST_ENDPOINTS,
+# BURST_ROUNDS).
 # BENCH_CASES="8 9" runs only the cases named ("perf" is the profile pass); such a run writes
 # bench/RESULTS.partial.md instead of RESULTS.md and draws no plots.  With
 # today's relay a whole run takes about 20 minutes on 2 cores, cases 8 to

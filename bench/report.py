@@ -224,9 +224,15 @@ def each_round(r, row, case, label, against=None, name="alone"):
 
     if against is None:
         row(f"{case}: each round (the medians count)", rates(label), "", "", "", None)
-    else:
-        row(f"{case}: each round (the medians count)", rates(label), f"{name} {rates(against)}",
-            ", ".join(fmt(ratio(a, b)) for a, b in zip(rounds(label), rounds(against))), "", None)
+        return
+    ratios = [ratio(a, b) for a, b in zip(rounds(label), rounds(against))]
+    row(f"{case}: each round (the medians count)", rates(label), f"{name} {rates(against)}",
+        ", ".join(fmt(x) for x in ratios), "", None)
+    # The worst round beside the median (issue 35: at least 0.7 of it).
+    mid = sorted(ratios)[(len(ratios) - 1) // 2]
+    if len(ratios) > 1 and mid == mid and mid > 0:
+        row(f"{case}: the worst round against the median", fmt(min(ratios)), f"median {fmt(mid)}",
+            fmt(min(ratios) / mid), "≥ 0.70", min(ratios) / mid >= 0.70)
 
 
 def build_rows_issue11(r, row):

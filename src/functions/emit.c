@@ -439,7 +439,7 @@ emit(PG_FUNCTION_ARGS)
  * element of payloads, with the key at the same index of keys (NULL keys:
  * none), the rest shared; their ids in the order of payloads.  Every
  * element is checked before anything is written.  The events are appended
- * in array order, so a batch of them is delivered in that order.
+ * in array order, as that many calls of emit() would append them.
  */
 Datum
 emit_many(PG_FUNCTION_ARGS)

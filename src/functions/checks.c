@@ -41,8 +41,6 @@ PG_FUNCTION_INFO_V1(outbox_check_format);
 PG_FUNCTION_INFO_V1(outbox_check_secret);
 PG_FUNCTION_INFO_V1(outbox_new_secret);
 
-#define SECRET_PREFIX_LEN	(sizeof(OUTBOX_SECRET_PREFIX) - 1)
-
 /*
  * outbox._check_url(text) returns text: the endpoint URL as the endpoint
  * keeps it, checked by the target its scheme names (targets/target.c):
@@ -250,17 +248,17 @@ Datum
 outbox_new_secret(PG_FUNCTION_ARGS)
 {
 	uint8		key[OUTBOX_NEW_KEY_LEN];
-	char		out[SECRET_PREFIX_LEN + 64];
+	char		out[OUTBOX_SECRET_PREFIX_LEN + 64];
 	int			n;
 
 	if (!pg_strong_random(key, sizeof(key)))
 		ereport(ERROR,
 				(errcode(ERRCODE_INTERNAL_ERROR),
 				 errmsg("could not generate a random signing secret")));
-	memcpy(out, OUTBOX_SECRET_PREFIX, SECRET_PREFIX_LEN);
-	n = pg_b64_encode((char *) key, sizeof(key), out + SECRET_PREFIX_LEN, sizeof(out) - SECRET_PREFIX_LEN - 1);
+	memcpy(out, OUTBOX_SECRET_PREFIX, OUTBOX_SECRET_PREFIX_LEN);
+	n = pg_b64_encode((char *) key, sizeof(key), out + OUTBOX_SECRET_PREFIX_LEN, sizeof(out) - OUTBOX_SECRET_PREFIX_LEN - 1);
 	explicit_bzero(key, sizeof(key));
 	if (n < 0)
 		elog(ERROR, "could not encode signing secret");
-	PG_RETURN_TEXT_P(cstring_to_text_with_len(out, SECRET_PREFIX_LEN + n));
+	PG_RETURN_TEXT_P(cstring_to_text_with_len(out, OUTBOX_SECRET_PREFIX_LEN + n));
 }

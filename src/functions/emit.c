@@ -8,9 +8,10 @@
  * They run with the caller's rights inside its transaction (the append
  * asks for none on the tables; a dedupe_key is claimed as the extension's
  * owner) and take no lock beyond the row-exclusive lock of any INSERT, so
- * emitters never wait on each other.  Each event records pg_current_xact_id(), the
- * top-level transaction id, which is what snapshots list: the relay reads
- * by snapshot, since ids from outbox.event_seq are drawn before commit.
+ * emitters never wait on each other.  Each event records
+ * pg_current_xact_id(), the top-level transaction id, which is what
+ * snapshots list: the relay reads by snapshot, since ids from
+ * outbox.event_seq are drawn before commit.
  *
  * The wake-up is a transaction callback: at COMMIT it sets the relay's
  * latch (shared memory); an aborted or prepared transaction wakes nothing
@@ -26,9 +27,9 @@
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "miscadmin.h"
-#include "utils/guc.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/timestamp.h"
@@ -36,10 +37,10 @@
 
 #include "functions/append.h"
 #include "functions/emit.h"
+#include "functions/validate.h"
 #include "guc.h"
 #include "shmem.h"
 #include "spi_plan.h"
-#include "functions/validate.h"
 
 PG_FUNCTION_INFO_V1(emit);
 PG_FUNCTION_INFO_V1(emit_many);

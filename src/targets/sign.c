@@ -21,8 +21,6 @@
 
 #include "targets/sign.h"
 
-#define PREFIX_LEN	(sizeof(OUTBOX_SECRET_PREFIX) - 1)
-
 /*
  * Decode a "whsec_" secret into key (at least OUTBOX_KEY_MAX bytes of room).
  * Returns false unless it is well formed with a key of OUTBOX_KEY_MIN to
@@ -34,11 +32,11 @@ outbox_secret_key(const char *secret, int len, uint8 *key, int *keylen)
 	char		buf[OUTBOX_KEY_MAX * 2];
 	int			n;
 
-	if (len <= (int) PREFIX_LEN ||
-		strncmp(secret, OUTBOX_SECRET_PREFIX, PREFIX_LEN) != 0)
+	if (len <= (int) OUTBOX_SECRET_PREFIX_LEN ||
+		strncmp(secret, OUTBOX_SECRET_PREFIX, OUTBOX_SECRET_PREFIX_LEN) != 0)
 		return false;
-	secret += PREFIX_LEN;
-	len -= PREFIX_LEN;
+	secret += OUTBOX_SECRET_PREFIX_LEN;
+	len -= OUTBOX_SECRET_PREFIX_LEN;
 	if (len % 4 != 0 || pg_b64_dec_len(len) > (int) sizeof(buf))
 		return false;
 	for (int i = 0; i < len; i++)

@@ -9,6 +9,7 @@
 #define OUTBOX_SIGN_H
 
 #define OUTBOX_SECRET_PREFIX	"whsec_"
+#define OUTBOX_SECRET_PREFIX_LEN	(sizeof(OUTBOX_SECRET_PREFIX) - 1)
 #define OUTBOX_KEY_MIN			24
 #define OUTBOX_KEY_MAX			64
 #define OUTBOX_NEW_KEY_LEN		32

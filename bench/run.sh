@@ -563,6 +563,19 @@ check_delivered()
 # The cases
 # ---------------------------------------------------------------------------
 
+# pgbench_tps SCRIPT: run SCRIPT with pgbench, 4 clients, prepared,
+# EMIT_SECONDS; print its transactions a second (PGOPTIONS as the caller
+# set it).  Dies, showing pgbench's output, when it gave no figure.
+pgbench_tps()
+{
+	local tps
+
+	"$PGBIN/pgbench" -n -M prepared -c 4 -j 2 -T "$EMIT_SECONDS" -f "$1" >"$WORK/pgbench.log" 2>&1 || true
+	tps=$(sed -n 's/^tps = \([0-9.]*\) (without initial connection time)/\1/p' "$WORK/pgbench.log")
+	[ -n "$tps" ] || { cat "$WORK/pgbench.log" >&2; die "pgbench gave no figure for $1"; }
+	echo "$tps"
+}
+
 case_emit_cost()
 {
 	local mode variant round tps
@@ -574,10 +587,7 @@ case_emit_cost()
 		for round in $(seq "$EMIT_ROUNDS"); do
 			for variant in none bare pgq outbox; do
 				psql_q -f "$BENCH/sql/emit_reset.sql" >/dev/null
-				PGOPTIONS="-c synchronous_commit=$mode" "$PGBIN/pgbench" -n -M prepared -c 4 -j 2 \
-					-T "$EMIT_SECONDS" -f "$BENCH/sql/emit_$variant.sql" >"$WORK/pgbench.log" 2>&1 || true
-				tps=$(sed -n 's/^tps = \([0-9.]*\) (without initial connection time)/\1/p' "$WORK/pgbench.log")
-				[ -n "$tps" ] || { cat "$WORK/pgbench.log"; die "pgbench gave no figure for $variant"; }
+				tps=$(PGOPTIONS="-c synchronous_commit=$mode" pgbench_tps "$BENCH/sql/emit_$variant.sql")
 				echo "$mode $variant $tps" >>"$WORK/emit.runs"
 				log "  synchronous_commit=$mode, round $round, $variant: $tps tps"
 			done
@@ -607,10 +617,7 @@ case_emit_many()
 	for round in $(seq "$EMIT_ROUNDS"); do
 		for variant in $(in_turn "$round" bare outbox); do
 			psql_q -f "$BENCH/sql/emit_reset.sql" >/dev/null
-			"$PGBIN/pgbench" -n -M prepared -c 4 -j 2 -T "$EMIT_SECONDS" \
-				-f "$BENCH/sql/emit_many_$variant.sql" >"$WORK/pgbench.log" 2>&1 || true
-			tps=$(sed -n 's/^tps = \([0-9.]*\) (without initial connection time)/\1/p' "$WORK/pgbench.log")
-			[ -n "$tps" ] || { cat "$WORK/pgbench.log"; die "pgbench gave no figure for emit_many $variant"; }
+			tps=$(pgbench_tps "$BENCH/sql/emit_many_$variant.sql")
 			echo "$variant $tps" >>"$WORK/emit_many.runs"
 			log "  round $round, $variant: $tps transactions of 1,000 events a second"
 		done

@@ -4,7 +4,7 @@
  *	  The relay's endpoint table: a RelayEndpoint (delivery.h) per
  *	  endpoint id, made and refreshed from outbox.endpoints.
  *
- * relay.c owns the table (a hash table in its memory, endpoints_create)
+ * The relay's state owns the table (a hash table in its memory, endpoints_create)
  * and asks for a load in a read step when the endpoints changed or have
  * not been loaded for a while (endpoints_load).  A load takes each row's
  * settings, keys, rate limit (limit.c) and client credentials
@@ -12,7 +12,7 @@
  * keeps of it: batches in flight, counts, failures, and that it no longer
  * follows the stream when the relay detached it but has not recorded that
  * yet.  What follows from a load (routes, who reads on its own) is
- * relay.c's (endpoints_loaded).  The SQL is store.c's.
+ * read.c's (endpoints_loaded).  The SQL is store.c's.
  *
  *-------------------------------------------------------------------------
  */
@@ -56,6 +56,31 @@ free_endpoint_strings(RelayEndpoint *ep)
 		pfree(ep->patterns);
 	ep->patterns = NULL;
 	ep->npatterns = 0;
+}
+
+/*
+ * After a load: endpoints that were not in it are inactive, and removed
+ * once nothing of theirs is in flight, held or to be detached.
+ */
+static void
+prune_unseen(HTAB *endpoints)
+{
+	HASH_SEQ_STATUS seq;
+	RelayEndpoint *ep;
+
+	hash_seq_init(&seq, endpoints);
+	while ((ep = hash_seq_search(&seq)) != NULL)
+	{
+		if (ep->seen)
+			continue;
+		ep->active = false;
+		if (ep->page == NULL && ep->due == NULL && !ep->detach && !ep->held)
+		{
+			free_endpoint_strings(ep);
+			credentials_free(ep);
+			hash_search(endpoints, &ep->id, HASH_REMOVE, NULL);
+		}
+	}
 }
 
 /*
@@ -160,19 +185,6 @@ endpoints_load(HTAB *endpoints, MemoryContext cxt)
 			credentials_load(ep, row->has_auth ? &row->auth : NULL, cxt);
 	}
 	pfree(rows);
-
 	first_load = false;
-	hash_seq_init(&seq, endpoints);
-	while ((ep = hash_seq_search(&seq)) != NULL)
-	{
-		if (ep->seen)
-			continue;
-		ep->active = false;
-		if (ep->page == NULL && ep->due == NULL && !ep->detach && !ep->held)
-		{
-			free_endpoint_strings(ep);
-			credentials_free(ep);
-			hash_search(endpoints, &ep->id, HASH_REMOVE, NULL);
-		}
-	}
+	prune_unseen(endpoints);
 }

@@ -6,12 +6,12 @@
  *	  due retries of an endpoint, record outcomes, and rotate.
  *
  * Callers hold an open transaction with SPI connected and a snapshot
- * pushed (relay.c's bracket).  Plans are prepared once and kept; reading
+ * pushed (step.c's bracket).  Plans are prepared once and kept; reading
  * and recording are one statement each (see the relay internals in
  * outbox--1.6.sql).  Columns are found by name, once per result.  Results
  * are copied, as plain rows, into memory the caller names, since SPI's
  * memory ends with SPI_finish(); what follows from them (the endpoint
- * table, batches, what is deferred or verified) is relay.c's and
+ * table, batches, what is deferred or verified) is the relay's (read.c, record.c) and
  * endpoints.c's.
  *
  *-------------------------------------------------------------------------
@@ -134,6 +134,107 @@ copy_patterns(Datum arr, char ***patterns, MemoryContext cxt)
 	return n;
 }
 
+/* The columns of outbox._relay_endpoints(), by number. */
+typedef struct EndpointColumns
+{
+	int			id,
+				name,
+				url,
+				headers,
+				timeout,
+				max_attempts,
+				ordered,
+				active,
+				secret,
+				previous,
+				types,
+				follows,
+				max_in_flight,
+				format,
+				max_age,
+				auth,
+				rate_limit,
+				changed_at;
+} EndpointColumns;
+
+static void
+endpoint_columns(TupleDesc desc, EndpointColumns *c)
+{
+	c->id = SPI_fnumber(desc, "id");
+	c->name = SPI_fnumber(desc, "name");
+	c->url = SPI_fnumber(desc, "url");
+	c->headers = SPI_fnumber(desc, "header_lines");
+	c->timeout = SPI_fnumber(desc, "timeout_ms");
+	c->max_attempts = SPI_fnumber(desc, "max_attempts");
+	c->ordered = SPI_fnumber(desc, "ordered");
+	c->active = SPI_fnumber(desc, "active");
+	c->secret = SPI_fnumber(desc, "secret");
+	c->previous = SPI_fnumber(desc, "previous_secret");
+	c->types = SPI_fnumber(desc, "event_types");
+	c->follows = SPI_fnumber(desc, "follows");
+	c->max_in_flight = SPI_fnumber(desc, "max_in_flight");
+	c->format = SPI_fnumber(desc, "format");
+	c->max_age = SPI_fnumber(desc, "max_age_ms");
+	c->auth = SPI_fnumber(desc, "auth");
+	c->rate_limit = SPI_fnumber(desc, "rate_limit");
+	c->changed_at = SPI_fnumber(desc, "changed_at");
+}
+
+/* One row of outbox._relay_endpoints() into row; its strings into cxt. */
+static void
+endpoint_row(HeapTuple tup, TupleDesc desc, const EndpointColumns *c, EndpointRow *row,
+			 MemoryContext cxt)
+{
+	bool		isnull;
+	char	   *secret;
+	char	   *old_secret;
+	Datum		auth;
+
+	row->id = DatumGetInt32(col_datum(tup, desc, c->id, &isnull));
+	row->name = MemoryContextStrdup(cxt, col_text(tup, desc, c->name));
+	row->url = MemoryContextStrdup(cxt, col_text(tup, desc, c->url));
+	row->headers = MemoryContextStrdup(cxt, col_text(tup, desc, c->headers));
+	row->npatterns = copy_patterns(col_datum(tup, desc, c->types, &isnull),
+								   &row->patterns, cxt);
+	row->follows = DatumGetBool(col_datum(tup, desc, c->follows, &isnull));
+
+	/*
+	 * Within the bounds create_endpoint() checks: an endpoint stored before
+	 * 1.2 may hold a timeout that passed the interval comparison but not as
+	 * milliseconds ('1 year -360 days 10 seconds').
+	 */
+	row->timeout_ms = DatumGetInt64(col_datum(tup, desc, c->timeout, &isnull));
+	row->timeout_ms = Min(Max(row->timeout_ms, OUTBOX_MIN_TIMEOUT_MS), OUTBOX_MAX_TIMEOUT_MS);
+	row->max_attempts = DatumGetInt32(col_datum(tup, desc, c->max_attempts, &isnull));
+	row->ordered = DatumGetBool(col_datum(tup, desc, c->ordered, &isnull));
+	row->active = DatumGetBool(col_datum(tup, desc, c->active, &isnull));
+
+	secret = col_text(tup, desc, c->secret);
+	row->key_ok = outbox_secret_key(secret, strlen(secret), row->key, &row->keylen);
+	old_secret = col_text(tup, desc, c->previous);
+	row->old_keylen = 0;
+	if (old_secret != NULL &&
+		!outbox_secret_key(old_secret, strlen(old_secret), row->old_key, &row->old_keylen))
+		row->old_keylen = 0;
+	/* NULL: outbox.endpoint_concurrency, whatever it is at the time */
+	row->max_in_flight = DatumGetInt32(col_datum(tup, desc, c->max_in_flight, &isnull));
+	if (isnull)
+		row->max_in_flight = 0;
+	row->format_ok = outbox_format_from_name(col_text(tup, desc, c->format), &row->format);
+	row->max_age_ms = DatumGetInt64(col_datum(tup, desc, c->max_age, &isnull));
+	if (isnull)
+		row->max_age_ms = 0;
+	/* checked when stored (_check_auth): a problem here cannot happen */
+	auth = col_datum(tup, desc, c->auth, &isnull);
+	row->has_auth = !isnull;
+	row->auth_problem = isnull ? NULL :
+		auth_read(DatumGetJsonbP(auth), &row->auth, cxt);
+	row->rate_limit = DatumGetFloat8(col_datum(tup, desc, c->rate_limit, &isnull));
+	if (isnull)
+		row->rate_limit = 0;
+	row->changed_at = DatumGetTimestampTz(col_datum(tup, desc, c->changed_at, &isnull));
+}
+
 /*
  * Every endpoint as outbox._relay_endpoints() returns it.  Returns how many,
  * the rows in *rows, allocated in the current memory context; their strings
@@ -144,27 +245,9 @@ copy_patterns(Datum arr, char ***patterns, MemoryContext cxt)
 int
 store_load_endpoints(EndpointRow **rows, MemoryContext cxt)
 {
-	TupleDesc	desc;
+	EndpointColumns cols;
 	int			rc;
 	int			n;
-	int			c_id,
-				c_name,
-				c_url,
-				c_headers,
-				c_timeout,
-				c_max_attempts,
-				c_ordered,
-				c_active,
-				c_secret,
-				c_previous,
-				c_types,
-				c_follows,
-				c_max_in_flight,
-				c_format,
-				c_max_age,
-				c_auth,
-				c_rate_limit,
-				c_changed_at;
 
 	if (endpoints_plan == NULL)
 		endpoints_plan = outbox_prepare_kept("SELECT * FROM outbox._relay_endpoints()", 0, NULL);
@@ -173,81 +256,11 @@ store_load_endpoints(EndpointRow **rows, MemoryContext cxt)
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "loading endpoints failed: %s", SPI_result_code_string(rc));
 
-	desc = SPI_tuptable->tupdesc;
-	c_id = SPI_fnumber(desc, "id");
-	c_name = SPI_fnumber(desc, "name");
-	c_url = SPI_fnumber(desc, "url");
-	c_headers = SPI_fnumber(desc, "header_lines");
-	c_timeout = SPI_fnumber(desc, "timeout_ms");
-	c_max_attempts = SPI_fnumber(desc, "max_attempts");
-	c_ordered = SPI_fnumber(desc, "ordered");
-	c_active = SPI_fnumber(desc, "active");
-	c_secret = SPI_fnumber(desc, "secret");
-	c_previous = SPI_fnumber(desc, "previous_secret");
-	c_types = SPI_fnumber(desc, "event_types");
-	c_follows = SPI_fnumber(desc, "follows");
-	c_max_in_flight = SPI_fnumber(desc, "max_in_flight");
-	c_format = SPI_fnumber(desc, "format");
-	c_max_age = SPI_fnumber(desc, "max_age_ms");
-	c_auth = SPI_fnumber(desc, "auth");
-	c_rate_limit = SPI_fnumber(desc, "rate_limit");
-	c_changed_at = SPI_fnumber(desc, "changed_at");
-
+	endpoint_columns(SPI_tuptable->tupdesc, &cols);
 	n = (int) SPI_processed;
 	*rows = palloc0(sizeof(EndpointRow) * Max(n, 1));
 	for (int i = 0; i < n; i++)
-	{
-		HeapTuple	tup = SPI_tuptable->vals[i];
-		EndpointRow *row = &(*rows)[i];
-		bool		isnull;
-		char	   *secret;
-		char	   *old_secret;
-		Datum		auth;
-
-		row->id = DatumGetInt32(col_datum(tup, desc, c_id, &isnull));
-		row->name = MemoryContextStrdup(cxt, col_text(tup, desc, c_name));
-		row->url = MemoryContextStrdup(cxt, col_text(tup, desc, c_url));
-		row->headers = MemoryContextStrdup(cxt, col_text(tup, desc, c_headers));
-		row->npatterns = copy_patterns(col_datum(tup, desc, c_types, &isnull),
-									   &row->patterns, cxt);
-		row->follows = DatumGetBool(col_datum(tup, desc, c_follows, &isnull));
-
-		/*
-		 * Within the bounds create_endpoint() checks: an endpoint stored
-		 * before 1.2 may hold a timeout that passed the interval comparison
-		 * but not as milliseconds ('1 year -360 days 10 seconds').
-		 */
-		row->timeout_ms = DatumGetInt64(col_datum(tup, desc, c_timeout, &isnull));
-		row->timeout_ms = Min(Max(row->timeout_ms, OUTBOX_MIN_TIMEOUT_MS), OUTBOX_MAX_TIMEOUT_MS);
-		row->max_attempts = DatumGetInt32(col_datum(tup, desc, c_max_attempts, &isnull));
-		row->ordered = DatumGetBool(col_datum(tup, desc, c_ordered, &isnull));
-		row->active = DatumGetBool(col_datum(tup, desc, c_active, &isnull));
-
-		secret = col_text(tup, desc, c_secret);
-		row->key_ok = outbox_secret_key(secret, strlen(secret), row->key, &row->keylen);
-		old_secret = col_text(tup, desc, c_previous);
-		row->old_keylen = 0;
-		if (old_secret != NULL &&
-			!outbox_secret_key(old_secret, strlen(old_secret), row->old_key, &row->old_keylen))
-			row->old_keylen = 0;
-		/* NULL: outbox.endpoint_concurrency, whatever it is at the time */
-		row->max_in_flight = DatumGetInt32(col_datum(tup, desc, c_max_in_flight, &isnull));
-		if (isnull)
-			row->max_in_flight = 0;
-		row->format_ok = outbox_format_from_name(col_text(tup, desc, c_format), &row->format);
-		row->max_age_ms = DatumGetInt64(col_datum(tup, desc, c_max_age, &isnull));
-		if (isnull)
-			row->max_age_ms = 0;
-		/* checked when stored (_check_auth): a problem here cannot happen */
-		auth = col_datum(tup, desc, c_auth, &isnull);
-		row->has_auth = !isnull;
-		row->auth_problem = isnull ? NULL :
-			auth_read(DatumGetJsonbP(auth), &row->auth, cxt);
-		row->rate_limit = DatumGetFloat8(col_datum(tup, desc, c_rate_limit, &isnull));
-		if (isnull)
-			row->rate_limit = 0;
-		row->changed_at = DatumGetTimestampTz(col_datum(tup, desc, c_changed_at, &isnull));
-	}
+		endpoint_row(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, &cols, &(*rows)[i], cxt);
 	return n;
 }
 
@@ -268,6 +281,83 @@ copy_header_lines(Datum arr, char ***lines)
 }
 
 /*
+ * The columns of an event reader's rows, by number; those a reader does
+ * not return are below 1 (SPI_ERROR_NOATTRIBUTE).
+ */
+typedef struct EventColumns
+{
+	int			id,
+				event,
+				type,
+				key,
+				emitted,
+				data,
+				headers,
+				deliver_at,
+				delivered,
+				blocked,
+				attempts,
+				batch,
+				bytes_cut,
+				expires_at,
+				priority,
+				ahead;
+} EventColumns;
+
+static void
+event_columns(TupleDesc desc, EventColumns *c)
+{
+	c->id = SPI_fnumber(desc, "id");
+	c->event = SPI_fnumber(desc, "event_id");
+	c->type = SPI_fnumber(desc, "event_type");
+	c->key = SPI_fnumber(desc, "key");
+	c->emitted = SPI_fnumber(desc, "emitted_at");
+	c->data = SPI_fnumber(desc, "data");
+	c->headers = SPI_fnumber(desc, "header_lines");
+	c->expires_at = SPI_fnumber(desc, "expires_at");
+	c->priority = SPI_fnumber(desc, "priority");
+	c->deliver_at = SPI_fnumber(desc, "deliver_at");
+	c->delivered = SPI_fnumber(desc, "delivered");
+	c->blocked = SPI_fnumber(desc, "blocked");
+	c->attempts = SPI_fnumber(desc, "attempts");
+	c->batch = SPI_fnumber(desc, "batch");
+	c->bytes_cut = SPI_fnumber(desc, "bytes_cut");
+	c->ahead = SPI_fnumber(desc, "ahead");
+}
+
+/* Row i of the reader's rows into rows->ev[i] and its arrays, in current memory. */
+static void
+event_row(HeapTuple tup, TupleDesc desc, const EventColumns *c, EventRows *rows, int i)
+{
+	StreamEvent *e = &rows->ev[i];
+	bool		isnull;
+	Datum		v;
+
+	e->id = DatumGetInt64(col_datum(tup, desc, c->id, &isnull));
+	memcpy(&e->event_id, DatumGetUUIDP(col_datum(tup, desc, c->event, &isnull)), sizeof(pg_uuid_t));
+	e->type = col_text(tup, desc, c->type);
+	e->key = col_text(tup, desc, c->key);
+	e->emitted_at = DatumGetTimestampTz(col_datum(tup, desc, c->emitted, &isnull));
+	e->data = TextDatumGetCString(col_datum(tup, desc, c->data, &isnull));
+	e->data_len = strlen(e->data);
+	e->n_headers = copy_header_lines(col_datum(tup, desc, c->headers, &isnull), &e->headers);
+	v = col_datum(tup, desc, c->expires_at, &isnull);
+	e->expires_at = isnull ? 0 : DatumGetTimestampTz(v);
+	e->priority = DatumGetInt16(col_datum(tup, desc, c->priority, &isnull));
+	if (c->deliver_at > 0)
+	{
+		v = col_datum(tup, desc, c->deliver_at, &isnull);
+		e->deliver_at = isnull ? 0 : DatumGetTimestampTz(v);
+	}
+	if (c->delivered > 0)
+		rows->delivered[i] = DatumGetBool(col_datum(tup, desc, c->delivered, &isnull));
+	if (c->blocked > 0)
+		rows->blocked[i] = DatumGetBool(col_datum(tup, desc, c->blocked, &isnull));
+	if (c->attempts > 0)
+		rows->attempts[i] = DatumGetInt32(col_datum(tup, desc, c->attempts, &isnull));
+}
+
+/*
  * Run a read plan (the stream, a page, due retries) and copy the events it
  * returned into cxt: id, event_id, event_type, key, emitted_at, data,
  * header_lines, expires_at and priority, which every reader returns, and those of deliver_at,
@@ -282,22 +372,7 @@ read_events(SPIPlanPtr plan, Datum *args, const char *nulls, bool read_only, int
 	int			rc;
 	MemoryContext old;
 	TupleDesc	desc;
-	int			c_id,
-				c_event,
-				c_type,
-				c_key,
-				c_emitted,
-				c_data,
-				c_headers,
-				c_deliver_at,
-				c_delivered,
-				c_blocked,
-				c_attempts,
-				c_batch,
-				c_bytes_cut,
-				c_expires_at,
-				c_priority,
-				c_ahead;
+	EventColumns c;
 	bool		isnull;
 
 	rc = SPI_execute_plan(plan, args, nulls, read_only, 0);
@@ -308,74 +383,30 @@ read_events(SPIPlanPtr plan, Datum *args, const char *nulls, bool read_only, int
 		return false;
 
 	desc = SPI_tuptable->tupdesc;
-	c_id = SPI_fnumber(desc, "id");
-	c_event = SPI_fnumber(desc, "event_id");
-	c_type = SPI_fnumber(desc, "event_type");
-	c_key = SPI_fnumber(desc, "key");
-	c_emitted = SPI_fnumber(desc, "emitted_at");
-	c_data = SPI_fnumber(desc, "data");
-	c_headers = SPI_fnumber(desc, "header_lines");
-	c_expires_at = SPI_fnumber(desc, "expires_at");
-	c_priority = SPI_fnumber(desc, "priority");
-	/* (SPI_ERROR_NOATTRIBUTE, below 1, where the reader returns none) */
-	c_deliver_at = SPI_fnumber(desc, "deliver_at");
-	c_delivered = SPI_fnumber(desc, "delivered");
-	c_blocked = SPI_fnumber(desc, "blocked");
-	c_attempts = SPI_fnumber(desc, "attempts");
-	c_batch = SPI_fnumber(desc, "batch");
-	c_bytes_cut = SPI_fnumber(desc, "bytes_cut");
-	c_ahead = SPI_fnumber(desc, "ahead");
-
+	event_columns(desc, &c);
 	old = MemoryContextSwitchTo(cxt);
 	rows->n = (int) SPI_processed;
 	rows->ev = palloc0(sizeof(StreamEvent) * rows->n);
-	if (c_delivered > 0)
+	if (c.delivered > 0)
 		rows->delivered = palloc0(sizeof(bool) * rows->n);
-	if (c_blocked > 0)
+	if (c.blocked > 0)
 		rows->blocked = palloc0(sizeof(bool) * rows->n);
-	if (c_attempts > 0)
+	if (c.attempts > 0)
 		rows->attempts = palloc0(sizeof(int) * rows->n);
 	for (int i = 0; i < rows->n; i++)
-	{
-		HeapTuple	tup = SPI_tuptable->vals[i];
-		StreamEvent *e = &rows->ev[i];
-		Datum		v;
-
-		e->id = DatumGetInt64(col_datum(tup, desc, c_id, &isnull));
-		memcpy(&e->event_id, DatumGetUUIDP(col_datum(tup, desc, c_event, &isnull)), sizeof(pg_uuid_t));
-		e->type = col_text(tup, desc, c_type);
-		e->key = col_text(tup, desc, c_key);
-		e->emitted_at = DatumGetTimestampTz(col_datum(tup, desc, c_emitted, &isnull));
-		e->data = TextDatumGetCString(col_datum(tup, desc, c_data, &isnull));
-		e->data_len = strlen(e->data);
-		e->n_headers = copy_header_lines(col_datum(tup, desc, c_headers, &isnull), &e->headers);
-		v = col_datum(tup, desc, c_expires_at, &isnull);
-		e->expires_at = isnull ? 0 : DatumGetTimestampTz(v);
-		e->priority = DatumGetInt16(col_datum(tup, desc, c_priority, &isnull));
-		if (c_deliver_at > 0)
-		{
-			v = col_datum(tup, desc, c_deliver_at, &isnull);
-			e->deliver_at = isnull ? 0 : DatumGetTimestampTz(v);
-		}
-		if (c_delivered > 0)
-			rows->delivered[i] = DatumGetBool(col_datum(tup, desc, c_delivered, &isnull));
-		if (c_blocked > 0)
-			rows->blocked[i] = DatumGetBool(col_datum(tup, desc, c_blocked, &isnull));
-		if (c_attempts > 0)
-			rows->attempts[i] = DatumGetInt32(col_datum(tup, desc, c_attempts, &isnull));
-	}
-	if (c_batch > 0)
-		rows->snap = col_text(SPI_tuptable->vals[0], desc, c_batch);
+		event_row(SPI_tuptable->vals[i], desc, &c, rows, i);
+	if (c.batch > 0)
+		rows->snap = col_text(SPI_tuptable->vals[0], desc, c.batch);
 	/* A page's own rows come first, those sent ahead after them. */
 	rows->n_own = rows->n;
-	if (c_ahead > 0)
+	if (c.ahead > 0)
 		while (rows->n_own > 1 &&
-			   DatumGetBool(col_datum(SPI_tuptable->vals[rows->n_own - 1], desc, c_ahead, &isnull)))
+			   DatumGetBool(col_datum(SPI_tuptable->vals[rows->n_own - 1], desc, c.ahead, &isnull)))
 			rows->n_own--;
 	/* A page that the byte budget ended is no sign the batch is done. */
-	if (c_bytes_cut > 0)
+	if (c.bytes_cut > 0)
 		rows->batch_done = rows->n_own < limit &&
-			!DatumGetBool(col_datum(SPI_tuptable->vals[rows->n_own - 1], desc, c_bytes_cut, &isnull));
+			!DatumGetBool(col_datum(SPI_tuptable->vals[rows->n_own - 1], desc, c.bytes_cut, &isnull));
 	MemoryContextSwitchTo(old);
 	/* Copied: SPI's copy goes now, not with the step's last read. */
 	SPI_freetuptable(SPI_tuptable);

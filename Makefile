@@ -44,6 +44,10 @@ OBJS = \
 	src/relay/launcher.o \
 	src/relay/route.o \
 	src/relay/limit.o \
+	src/relay/state.o \
+	src/relay/step.o \
+	src/relay/read.o \
+	src/relay/record.o \
 	src/relay/relay.o \
 	src/relay/stream.o \
 	src/relay/pump.o \

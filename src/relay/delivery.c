@@ -2,11 +2,11 @@
  *
  * delivery.c
  *	  Making the batches of the delivery data model (delivery.h): empty
- *	  ones, which relay.c fills with the parts of a stream page, and those
+ *	  ones, which read.c fills with the parts of a stream page, and those
  *	  of the events read for one endpoint, their bodies made in its
  *	  format; and settling a delivery, sent or not (delivery_settle,
  *	  delivery_defer, delivery_expire), which keeps its batch's and its
- *	  stream page's counts.  Which deliveries wait is relay.c's to decide.
+ *	  stream page's counts.  Which deliveries wait is read.c's to decide.
  *	  Needs no transaction.
  *
  *-------------------------------------------------------------------------

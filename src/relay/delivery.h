@@ -3,7 +3,7 @@
  * delivery.h
  *	  The delivery data model: endpoints as the relay knows them, the
  *	  deliveries of an event to an endpoint, the batches they come in, and
- *	  the stream's pages.  relay.c and pump.c own and schedule these;
+ *	  the stream's pages.  read.c, record.c and pump.c own and schedule these;
  *	  store.c copies the events it reads into StreamEvents.
  *
  *-------------------------------------------------------------------------
@@ -84,7 +84,7 @@ typedef struct RelayEndpoint
 								 * none in this relay */
 	TimestampTz last_warning;	/* last "deliveries are failing" report */
 	int			failures_unreported;
-	/* its health row (record_round, HEALTH_QUIET_MS) */
+	/* its health row (relay_record_round, HEALTH_QUIET_MS) */
 	TimestampTz health_at;		/* when a record last had its sent outcomes
 								 * counted there; 0: not in this relay */
 	TimestampTz health_failed_at;	/* and last one with a failure; 0: none */

@@ -6,15 +6,16 @@
  *	  (pump_run), and turning the targets' results into outcomes
  *	  (pump_collect).
  *
- * relay.c reads batches and puts them on its active list; pump_run() finds
+ * read.c reads batches and puts them on its active list; pump_run() finds
  * the new ones there, readies their endpoints and submits what the slots,
  * each endpoint's cap and its rate limit (limit.c) allow.  pump_collect()
- * settles the finished deliveries; relay.c records them later.  This file
+ * settles the finished deliveries; record.c records them later.  This file
  * owns the counts of requests in flight and of slots taken, and when a
  * request last finished (pump_in_flight, pump_last_answer_at); an
  * endpoint's own counts are in its RelayEndpoint (delivery.h).  An endpoint
  * held by its rate limit or paused by a Retry-After stops following the
- * stream (relay_detach, relay.c).  Runs in the relay's loop with no
+ * stream: pump_run() and pump_collect() return such endpoints, and the
+ * relay detaches them (relay_detach, state.c).  Runs in the relay's loop with no
  * transaction open: nothing here touches SQL.
  *
  *-------------------------------------------------------------------------
@@ -32,7 +33,6 @@
 #include "relay/limit.h"
 #include "relay/policy.h"
 #include "relay/pump.h"
-#include "relay/relay.h"
 #include "shmem.h"
 #include "targets/target.h"
 
@@ -44,6 +44,30 @@ static int	slots_taken = 0;	/* of those, deliveries holding a slot */
 
 /* When a request last finished, of any endpoint (stream_detach_laggards). */
 static TimestampTz last_answer_at = 0;
+
+/*
+ * Endpoints to stop following the stream, gathered while pump_run() or
+ * pump_collect() runs and returned by it (in the caller's memory).
+ */
+static List *to_detach = NIL;
+
+/* ep is to stop following the stream, if it follows it. */
+static void
+detach_later(RelayEndpoint *ep)
+{
+	if (ep->follows)
+		to_detach = list_append_unique_ptr(to_detach, ep);
+}
+
+/* The endpoints gathered by detach_later, and none gathered any more. */
+static List *
+take_detached(void)
+{
+	List	   *l = to_detach;
+
+	to_detach = NIL;
+	return l;
+}
 
 /*
  * Slots (DESIGN.md, The relay loop).  The relay keeps at most
@@ -290,8 +314,7 @@ hold(RelayEndpoint *ep, TimestampTz now)
 {
 	limit_hold(ep, now);
 	show_in_flight(ep);
-	if (ep->follows)
-		relay_detach(ep);
+	detach_later(ep);
 }
 
 /* Why pump_batch stopped. */
@@ -430,9 +453,10 @@ share_limit(const RelayEndpoint *ep, int slots)
  * out goes to the end of the list, and the others keep their place.  One
  * that its rate limit or a pause stops is held (limit.c) until it may send
  * again, then comes back first thing here.  Batches read since the last
- * call are at the end of the relay's active list (relay.c).
+ * call are at the end of the relay's active list (read.c).  Returns the
+ * endpoints held that followed the stream: the caller detaches them.
  */
-void
+List *
 pump_run(dlist_head *active)
 {
 	int			slots = pump_slots();
@@ -485,6 +509,7 @@ pump_run(dlist_head *active)
 		if (target_takes_slot(ep->target) && !counts_fresh(ep))
 			pump_endpoint(ep, share_limit(ep, slots), slots, now);
 	}
+	return take_detached();
 }
 
 /*
@@ -574,7 +599,7 @@ conclude(Delivery *d, const TargetResult *res)
 				(errmsg("outbox endpoint \"%s\" is paused for %.0f s: it answered %ld with Retry-After",
 						b->ep->name, Min(retry_after, LIMIT_MAX_PAUSE_SECS), res->status)));
 		limit_pause(b->ep, retry_after, GetCurrentTimestamp());
-		relay_detach(b->ep);
+		detach_later(b->ep);
 	}
 	delivery_settle(d, policy_outcome_kind(o));
 	if (o == OUTCOME_DELIVERED)
@@ -623,9 +648,10 @@ fail_unsent(Delivery *d, const char *why)
 /*
  * Turn the results of finished deliveries, of every target, into outcomes;
  * an endpoint whose OAuth2 token request finished may send (or fail) its
- * deliveries.
+ * deliveries.  Returns the endpoints paused by a Retry-After that followed
+ * the stream: the caller detaches them.
  */
-void
+List *
 pump_collect(void)
 {
 	Delivery   *d;
@@ -666,6 +692,7 @@ pump_collect(void)
 	}
 	while ((ep = credentials_next_answered()) != NULL)
 		make_ready(ep);
+	return take_detached();
 }
 
 /* Requests in flight now, of every endpoint. */

@@ -10,6 +10,7 @@
 #define OUTBOX_PUMP_H
 
 #include "lib/ilist.h"
+#include "nodes/pg_list.h"
 
 #include "relay/delivery.h"
 
@@ -26,8 +27,8 @@
 
 extern int	pump_slots(void);
 extern int	pump_endpoint_cap(const RelayEndpoint *ep);
-extern void pump_run(dlist_head *active);
-extern void pump_collect(void);
+extern List *pump_run(dlist_head *active);
+extern List *pump_collect(void);
 extern int	pump_in_flight(void);
 extern long pump_ms_to_age(void);
 extern bool pump_any_ready(void);

@@ -5,7 +5,7 @@
  *	  endpoints follow it, how many events a page of it holds and an
  *	  endpoint's share of one, and which parts of the page in flight hold
  *	  the other followers back (the laggards, which stop following).  The
- *	  relay (relay.c) reads, routes and records the pages.  Called in the
+ *	  relay reads, routes (read.c) and records (record.c) the pages.  Called in the
  *	  relay's process only; nothing here needs a transaction.
  *
  *-------------------------------------------------------------------------
@@ -20,7 +20,6 @@
 #include "relay/credentials.h"
 #include "guc.h"
 #include "relay/pump.h"
-#include "relay/relay.h"
 #include "targets/target.h"
 #include "relay/stream.h"
 
@@ -258,53 +257,40 @@ look_sooner(TimestampTz t, TimestampTz now)
  * took (from the page's read to the last part that finished, parts with
  * nothing to send included), or twice what its endpoint's last definite
  * answer took if that is longer, at least LAGGARD_MIN_MS and at most
- * DETACH_AFTER_MS.  The wait counts up to when the relay last took its
- * sockets' answers (now: the relay's polled_at), not up to the moment it
- * looks: a step of SQL that ran for seconds saw no answers, yet the
- * receivers may have sent them all.  It
- * counts from its own last answer, not from the others' last finish:
- * parts of healthy endpoints that trickle in late must not put it off
- * again and again (seen in bench case 12: the page waited 2.2 s for 100
- * endpoints that never answer).  A receiver that never answers then costs
- * the others a fraction of a second, not its timeout.  Each part's wait
- * counts from its own last answer, also while more than a quarter are
- * left: before 1.5 it started only once no part of the page had finished
- * for DETACH_AFTER_MS, and bench case 12's first page (a tenth of its
- * parts to endpoints that never answer, the others slowed by the
- * connections it opens) waited 3.6 s against 2.1 s without them.  The
- * share was a tenth, with once the others' time, until case 12's first
- * page of 500 events, whose 400-odd parts had a few more than a tenth to
- * the endpoints that never answer, waited the whole DETACH_AFTER_MS (0.70
- * of the rate without them, 0.89 to 0.90 after).  A quarter with once the
- * others' time had detached healthy endpoints answering in 200 to 400 ms
- * at the end of each page in bench case 11; and with the others quick,
- * the floor (LAGGARD_MIN_MS) would detach a few receivers far away
- * (300 ms, say) beside many near ones on every page, only for them to
- * follow again once caught up: their own answers' time keeps them.  Laggards stop
- * following (their parts become their own pages) and are lagged: one
- * request at a time until an answer (pump_endpoint_cap).  But when many
- * parts are in flight (HOLD_MIN_PARTS), most of the page's, and nothing
- * at all was answered lately, every receiver (or the network) may be
- * stalled: detaching them all would only make each read on its own (seen
- * once in bench case 12: 900 endpoints detached at once).  Then the page
- * is held: nothing is detached while the silence lasts, up to
- * DETACH_HOLD_MS of it, and parts whose waits ran out meanwhile go only
- * once it is over.  It counts from the last answer to any request, or
- * from the page's read if that is later, so parts whose own last answers
- * came a little earlier are held too.  When answers come back after parts
- * were late, every part's wait starts again from the look that saw them:
- * the first answer must not make the others, a few milliseconds behind
- * it, laggards for the time everyone waited.  When the silence reaches
- * DETACH_HOLD_MS, the late parts go at once, and a part with no answer of
- * its own for OVERDUE_MS goes whatever the holds (answers trickling in
- * from elsewhere could end and start them again and again).  Before
- * 1.5 the hold compared the laggards with every follower (never true when
- * a page has fewer than half as many parts as there are followers, as in
- * bench case 12's 1,000 endpoints and pages of 500 events) and the waits
- * counted through it.  An endpoint alone on the stream holds nobody back.
- * active: the relay's batches in flight (Batch), the parts of p among them.
+ * DETACH_AFTER_MS.
+ *
+ * Each part's wait counts from its own last answer, not from the others'
+ * last finish: parts of healthy endpoints that trickle in late must not
+ * put it off again and again (in bench case 12 a page waited 2.2 s that
+ * way for 100 endpoints that never answer), so a receiver that never
+ * answers costs the others a fraction of a second, not its timeout.  The
+ * wait counts up to when the relay last took its sockets' answers (now:
+ * the relay's polled_at), not up to the moment it looks: a step of SQL
+ * that ran for seconds saw no answers, yet the receivers may have sent
+ * them all.  A receiver far away (300 ms, say) beside many near ones is
+ * kept by its own answers' time rather than detached on every page.
+ *
+ * Laggards stop following (their parts become their own pages) and are
+ * lagged: one request at a time until an answer (pump_endpoint_cap).  But
+ * when many parts are in flight (HOLD_MIN_PARTS), most of the page's, and
+ * nothing at all was answered lately, every receiver (or the network) may
+ * be stalled: detaching them all would only make each read on its own.
+ * Then the page is held: nothing is detached while the silence lasts, up
+ * to DETACH_HOLD_MS of it, and parts whose waits ran out meanwhile go only
+ * once it is over.  The silence counts from the last answer to any
+ * request, or from the page's read if that is later.  When answers come
+ * back after parts were late, every part's wait starts again from the
+ * look that saw them: the first answer must not make the others, a few
+ * milliseconds behind it, laggards for the time everyone waited.  When the
+ * silence reaches DETACH_HOLD_MS, the late parts go at once, and a part
+ * with no answer of its own for OVERDUE_MS goes whatever the holds
+ * (answers trickling in from elsewhere could end and start them again and
+ * again).  An endpoint alone on the stream holds nobody back.
+ *
+ * active: the relay's batches in flight (Batch), the parts of p among
+ * them.  Returns the laggards, marked lagged: the caller detaches them.
  */
-void
+List *
 stream_detach_laggards(StreamPage *p, dlist_head *active, TimestampTz now)
 {
 	dlist_iter	iter;
@@ -320,7 +306,7 @@ stream_detach_laggards(StreamPage *p, dlist_head *active, TimestampTz now)
 
 	look_at = 0;
 	if (p == NULL || p->parts == 0 || followers <= 1 || now == 0)
-		return;
+		return NIL;
 	quiet_since = Max(pump_last_answer_at(), p->read_at);
 	/* (a part with nothing sent yet is looked at by then) */
 	unsent_look = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), LAGGARD_MIN_MS / 2);
@@ -390,15 +376,14 @@ stream_detach_laggards(StreamPage *p, dlist_head *active, TimestampTz now)
 				(errmsg("outbox endpoint \"%s\" stops following the stream: its deliveries hold the others back",
 						ep->name)));
 		ep->lagged = true;
-		relay_detach(ep);
 	}
 	list_free(slow);
-	list_free(leaving);
+	return leaving;
 }
 
 /*
  * Have the relay look at the stream's page again without waiting: a part
- * left it (relay_detach), and the quarter left, the hold or the others'
+ * left it (relay_detach, state.c), and the quarter left, the hold or the others'
  * time may have changed with it.
  */
 void

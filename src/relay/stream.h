@@ -10,21 +10,21 @@
 #define OUTBOX_STREAM_H
 
 #include "lib/ilist.h"
+#include "nodes/pg_list.h"
 #include "utils/timestamp.h"
 
 #include "relay/delivery.h"
 
 /*
  * Once at most a quarter of a page's parts are left, a part is a laggard
- * sooner: after twice as long as the others took, this at least.  The
- * floor was 200 ms: in bench case 12 the first two pages, each with parts
- * to endpoints that never answer, then held the 900 others back about
- * 0.45 s in all, a sixth of their run.  An endpoint that answers, but
- * later than this, is detached before its first answer; its answers' time
- * then keeps it while they stay about as long (it is the last one's, and
- * starts at 0 in each relay).  Every follower waits for each page held
- * back.  The relay looks again when a wait runs out (stream_ms_to_look);
- * 1.4 looked every half of its floor (100 ms).
+ * sooner: after twice as long as the others took, this at least.  With a
+ * floor of 200 ms, bench case 12's first two pages, each with parts to
+ * endpoints that never answer, held the 900 others back about 0.45 s in
+ * all, a sixth of their run.  An endpoint that answers, but later than
+ * this, is detached before its first answer; its answers' time then keeps
+ * it while they stay about as long (it is the last one's, and starts at 0
+ * in each relay).  Every follower waits for each page held back.  The
+ * relay looks again when a wait runs out (stream_ms_to_look).
  */
 #define LAGGARD_MIN_MS		100
 
@@ -36,7 +36,7 @@ extern int	stream_page_size(void);
 extern void stream_page_routed(const StreamPage *p, bool cut);
 extern int64 stream_cpu_us(void);
 extern void stream_size_pages(const StreamPage *p);
-extern void stream_detach_laggards(StreamPage *p, dlist_head *active, TimestampTz now);
+extern List *stream_detach_laggards(StreamPage *p, dlist_head *active, TimestampTz now);
 extern long stream_ms_to_look(TimestampTz now);
 extern void stream_look_now(void);
 

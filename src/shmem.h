@@ -12,16 +12,6 @@
 
 #include "datatype/timestamp.h"
 
-/*
- * The most requests a relay keeps in flight (outbox.max_concurrency's upper
- * bound).  Each relay slot has a table of twice that many entries for its
- * endpoints' requests in flight and which are held by their rate limit
- * (outbox._in_flight()): an endpoint takes an entry only while it has one
- * in flight or is held, and held endpoints with none take at most half
- * (shmem.c), so the table cannot run out.
- */
-#define OUTBOX_MAX_CONCURRENCY	10000
-
 /* What a relay counts since it started (outbox.relay_stats). */
 typedef enum RelayCounter
 {

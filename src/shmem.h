@@ -60,4 +60,21 @@ extern int	outbox_show_in_flight(int shown_at, int endpoint_id, int n, bool held
 extern void outbox_wake_relay(void);
 extern void outbox_endpoints_changed(void);
 
+/* A running relay, as outbox._relay_stats() shows it. */
+typedef struct RelayStats
+{
+	int			pid;
+	Oid			dboid;
+	TimestampTz started_at;
+	uint64		counters[RELAY_NCOUNTERS];
+} RelayStats;
+
+typedef void (*RelayStatsVisitor) (const RelayStats *stats, void *arg);
+typedef void (*InFlightVisitor) (int endpoint_id, int in_flight, bool held,
+								 void *arg);
+
+/* Readers: the SQL functions of src/functions/relay_admin.c */
+extern void outbox_visit_relays(RelayStatsVisitor visit, void *arg);
+extern void outbox_visit_in_flight(InFlightVisitor visit, void *arg);
+
 #endif							/* OUTBOX_SHMEM_H */

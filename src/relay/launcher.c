@@ -12,7 +12,8 @@
  * without the extension (or with an older version of its SQL) it leaves at
  * once, and the launcher does not try that database again until a new
  * database appears or a CREATE or ALTER EXTENSION outbox commits
- * (outbox._launch(), called by the install and update scripts).  A relay
+ * (outbox._launch(), called by the install and update scripts, calls
+ * outbox_launch_at_commit()).  A relay
  * that stopped any other way is started again after RESTART_DELAY_MS.
  *
  * DROP DATABASE, ALTER DATABASE RENAME or SET TABLESPACE and CREATE
@@ -52,8 +53,6 @@
 #include "guc.h"
 #include "relay/launcher.h"
 #include "shmem.h"
-
-PG_FUNCTION_INFO_V1(outbox_launch);
 
 /* How often the launcher reads pg_database when nothing wakes it. */
 #define SCAN_INTERVAL_MS	10000
@@ -369,8 +368,8 @@ outbox_launcher_main(Datum arg)
 }
 
 /*----------------------------------------------------------------------
- * outbox._launch(): the install and update scripts ask the launcher to
- * look again once their transaction commits.
+ * outbox._launch() (src/functions/relay_admin.c): the install and update
+ * scripts ask the launcher to look again once their transaction commits.
  *----------------------------------------------------------------------
  */
 
@@ -395,8 +394,12 @@ launch_xact_callback(XactEvent event, void *arg)
 	}
 }
 
-Datum
-outbox_launch(PG_FUNCTION_ARGS)
+/*
+ * Ask the launcher to look at the databases again when the current
+ * transaction commits; nothing happens if it aborts.
+ */
+void
+outbox_launch_at_commit(void)
 {
 	if (!launch_callback_registered)
 	{
@@ -404,7 +407,6 @@ outbox_launch(PG_FUNCTION_ARGS)
 		launch_callback_registered = true;
 	}
 	launch_at_commit = true;
-	PG_RETURN_VOID();
 }
 
 /*----------------------------------------------------------------------

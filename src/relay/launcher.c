@@ -261,6 +261,70 @@ reap(BackgroundWorkerHandle **handles, HTAB *known)
 	}
 }
 
+/*
+ * One look at pg_database: start a relay for each database that is allowed
+ * and has none, unless it is held off or waiting to restart; stop the relay
+ * of a database outbox.database no longer names; forget databases that are
+ * gone.  Returns how long the launcher may sleep before the next look.
+ * Allocates in the caller's per-iteration context cxt.
+ */
+static long
+scan_databases(HTAB *known, BackgroundWorkerHandle **handles,
+			   MemoryContext cxt, bool *warned)
+{
+	List	   *databases;
+	ListCell   *lc;
+	HASH_SEQ_STATUS seq;
+	KnownDatabase *kd;
+	TimestampTz now;
+	TimestampTz retry_at;
+	long		sleep_ms = SCAN_INTERVAL_MS;
+
+	databases = list_databases(cxt);
+	hash_seq_init(&seq, known);
+	while ((kd = hash_seq_search(&seq)) != NULL)
+		kd->seen = false;
+	now = GetCurrentTimestamp();
+	foreach(lc, databases)
+	{
+		DatabaseEntry *db = lfirst(lc);
+		int			slot = outbox_slot_for(db->dboid);
+		bool		found;
+
+		kd = hash_search(known, &db->dboid, HASH_ENTER, &found);
+		if (!found)
+		{
+			kd->absent = false;
+			kd->retry_at = 0;
+		}
+		kd->seen = true;
+
+		if (!database_allowed(db->name))
+		{
+			/* outbox.database no longer names it: stop its relay. */
+			if (slot >= 0 && handles[slot] != NULL)
+				TerminateBackgroundWorker(handles[slot]);
+			continue;
+		}
+		if (slot >= 0 || kd->absent)
+			continue;
+		/* Held off by a database command, or waiting to restart. */
+		retry_at = Max(kd->retry_at, outbox_held_until(db->dboid));
+		if (retry_at > now)
+		{
+			sleep_ms = Min(sleep_ms, TimestampDifferenceMilliseconds(now, retry_at) + 1);
+			continue;
+		}
+		(void) start_relay(db, handles, warned);
+	}
+	/* Forget databases that are gone. */
+	hash_seq_init(&seq, known);
+	while ((kd = hash_seq_search(&seq)) != NULL)
+		if (!kd->seen && outbox_slot_for(kd->dboid) < 0)
+			(void) hash_search(known, &kd->dboid, HASH_REMOVE, NULL);
+	return sleep_ms;
+}
+
 void
 outbox_launcher_main(Datum arg)
 {
@@ -289,13 +353,9 @@ outbox_launcher_main(Datum arg)
 	ereport(LOG, (errmsg("outbox launcher started")));
 	for (;;)
 	{
-		List	   *databases;
-		ListCell   *lc;
 		HASH_SEQ_STATUS seq;
 		KnownDatabase *kd;
-		TimestampTz now;
-		TimestampTz retry_at;
-		long		sleep_ms = SCAN_INTERVAL_MS;
+		long		sleep_ms;
 		uint64		requests;
 
 		MemoryContextReset(loop_cxt);
@@ -318,48 +378,7 @@ outbox_launcher_main(Datum arg)
 				kd->absent = false;
 		}
 
-		databases = list_databases(loop_cxt);
-		hash_seq_init(&seq, known);
-		while ((kd = hash_seq_search(&seq)) != NULL)
-			kd->seen = false;
-		now = GetCurrentTimestamp();
-		foreach(lc, databases)
-		{
-			DatabaseEntry *db = lfirst(lc);
-			int			slot = outbox_slot_for(db->dboid);
-			bool		found;
-
-			kd = hash_search(known, &db->dboid, HASH_ENTER, &found);
-			if (!found)
-			{
-				kd->absent = false;
-				kd->retry_at = 0;
-			}
-			kd->seen = true;
-
-			if (!database_allowed(db->name))
-			{
-				/* outbox.database no longer names it: stop its relay. */
-				if (slot >= 0 && handles[slot] != NULL)
-					TerminateBackgroundWorker(handles[slot]);
-				continue;
-			}
-			if (slot >= 0 || kd->absent)
-				continue;
-			/* Held off by a database command, or waiting to restart. */
-			retry_at = Max(kd->retry_at, outbox_held_until(db->dboid));
-			if (retry_at > now)
-			{
-				sleep_ms = Min(sleep_ms, TimestampDifferenceMilliseconds(now, retry_at) + 1);
-				continue;
-			}
-			(void) start_relay(db, handles, &warned);
-		}
-		/* Forget databases that are gone. */
-		hash_seq_init(&seq, known);
-		while ((kd = hash_seq_search(&seq)) != NULL)
-			if (!kd->seen && outbox_slot_for(kd->dboid) < 0)
-				(void) hash_search(known, &kd->dboid, HASH_REMOVE, NULL);
+		sleep_ms = scan_databases(known, handles, loop_cxt, &warned);
 
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 sleep_ms, PG_WAIT_EXTENSION);

@@ -4,7 +4,8 @@
 EXTENSION = outbox
 MODULE_big = outbox
 # src/            the module: _PG_init, settings, shared memory
-# src/functions/  SQL-callable functions: emit(), mark_processed(), checks
+# src/functions/  SQL-callable functions: emit(), mark_processed(), checks,
+#                 the relays' _launch(), stats and requests in flight
 # src/relay/      the background workers: launcher, relay loop, senders,
 #                 what they deliver (delivery.h), the SQL they run (store.c)
 # src/targets/    where deliveries go and what they look like: HTTP/1.1
@@ -25,6 +26,7 @@ OBJS = \
 	src/functions/validate.o \
 	src/functions/inbox.o \
 	src/functions/origin.o \
+	src/functions/relay_admin.o \
 	src/targets/sign.o \
 	src/targets/format.o \
 	src/targets/http.o \

@@ -3,6 +3,7 @@
 # the whole suite (pg_regress, pg_isolation_regress, TAP) as the postgres user
 # in a scratch copy of the tree under /tmp.  Run as root, from anywhere.
 # Ends with the line "N passed, N failed" and exits non-zero on any failure.
+# The unit tier is the HTTP/1.1 parser's tests and scripts/check_structure.sh.
 # OUTBOX_ASSERT=1 is accepted and, for now, ignored.  A test file that skips
 # itself counts as failed unless OUTBOX_ALLOW_SKIPS=1.
 #
@@ -168,6 +169,14 @@ run_unit()
 	failed=${failed:-1}
 	if [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ]; then
 		failed=1
+	fi
+	# The tree's structural rules, on the checkout itself (what git knows of
+	# it): one check in the totals.
+	echo "== unit: structure"
+	if bash "$ROOT/scripts/check_structure.sh" "$ROOT"; then
+		passed=$((passed + 1))
+	else
+		failed=$((failed + 1))
 	fi
 	echo "== unit: $passed passed, $failed failed"
 	PASSED=$((PASSED + passed))

@@ -8,6 +8,12 @@
  * reread them on reload.  outbox.max_relays is PGC_POSTMASTER: it sizes
  * shared memory; so is outbox.senders, which is read as a relay starts.
  *
+ * The rest of outbox reads its settings here (guc.h); this file reads only
+ * the parsers that check a value (policy.c, address.c, format.c), none of
+ * which includes guc.h, so the arrows point one way.  For that reason
+ * outbox.cloudevents_source's variable is defined in format.c, its one
+ * reader; it is registered here with the others.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -17,10 +23,10 @@
 #include "utils/guc.h"
 #include "utils/memutils.h"
 
+#include "guc.h"
+#include "relay/policy.h"
 #include "targets/address.h"
 #include "targets/format.h"
-#include "guc.h"
-#include "shmem.h"
 
 int			outbox_max_payload_size = 1024 * 1024;
 char	   *outbox_database = NULL;
@@ -43,7 +49,6 @@ int			outbox_alert_after = 30;
 char	   *outbox_allowed_networks_text = NULL;
 NetworkList outbox_allowed_networks;
 char	   *outbox_ca_file = NULL;
-char	   *outbox_cloudevents_source = NULL;
 
 static bool
 check_retry_schedule(char **newval, void **extra, GucSource source)
@@ -105,6 +110,7 @@ check_cloudevents_source(char **newval, void **extra, GucSource source)
 	return true;
 }
 
+/* The format derives the source anew from the next event it formats. */
 static void
 assign_cloudevents_source(const char *newval, void *extra)
 {

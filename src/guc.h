@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * guc.h
- *	  outbox's configuration parameters.
+ *	  outbox's configuration parameters, read by the rest of outbox.
+ *	  outbox.cloudevents_source's variable is format.h's.
  *
  *-------------------------------------------------------------------------
  */
@@ -10,6 +11,16 @@
 
 #include "targets/address.h"
 #include "relay/policy.h"
+
+/*
+ * The most requests a relay keeps in flight (outbox.max_concurrency's upper
+ * bound).  Each relay slot has a table of twice that many entries for its
+ * endpoints' requests in flight and which are held by their rate limit
+ * (outbox._in_flight()): an endpoint takes an entry only while it has one
+ * in flight or is held, and held endpoints with none take at most half
+ * (shmem.c), so the table cannot run out.
+ */
+#define OUTBOX_MAX_CONCURRENCY	10000
 
 extern int	outbox_max_payload_size;
 extern char *outbox_database;
@@ -27,7 +38,6 @@ extern int	outbox_secret_overlap;
 extern int	outbox_alert_after;
 extern NetworkList outbox_allowed_networks;
 extern char *outbox_ca_file;
-extern char *outbox_cloudevents_source;
 
 extern void outbox_guc_init(void);
 

@@ -26,9 +26,6 @@
  */
 #include "postgres.h"
 
-#include "commands/dbcommands.h"
-#include "fmgr.h"
-#include "funcapi.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
 #include "pgstat.h"
@@ -37,15 +34,11 @@
 #include "storage/lwlock.h"
 #include "storage/proc.h"
 #include "storage/shmem.h"
-#include "utils/builtins.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
 #include "guc.h"
 #include "shmem.h"
-
-PG_FUNCTION_INFO_V1(outbox_relay_stats);
-PG_FUNCTION_INFO_V1(outbox_in_flight);
 
 #define INVALID_PROCNO	PG_UINT32_MAX
 /* Entries of a slot's table of endpoints in flight or held. */
@@ -515,75 +508,60 @@ outbox_endpoints_changed(void)
 		pg_atomic_fetch_add_u64(&s->endpoints_version, 1);
 }
 
-/*
- * outbox._relay_stats() returns a row per running relay, in any database:
- * its pid, database, start and counters since then.
+/*----------------------------------------------------------------------
+ * Readers: what outbox._relay_stats() and outbox._in_flight() show
+ * (src/functions/relay_admin.c).  No lock is taken and none is held while
+ * the caller's function runs, which may therefore raise an error.
+ *----------------------------------------------------------------------
  */
-Datum
-outbox_relay_stats(PG_FUNCTION_ARGS)
-{
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 
-	outbox_shmem_require();
-	InitMaterializedSRF(fcinfo, 0);
+/*
+ * Call visit once per running relay, in any database, with its pid,
+ * database, start and counters since then.  Nothing without shared memory.
+ */
+void
+outbox_visit_relays(RelayStatsVisitor visit, void *arg)
+{
+	if (shared == NULL)
+		return;
 	for (int i = 0; i < shared->nslots; i++)
 	{
 		RelaySlot  *s = &shared->slots[i];
-		Datum		values[10];
-		bool		nulls[10] = {0};
-		uint32		pid = pg_atomic_read_u32(&s->pid);
-		Oid			dboid = pg_atomic_read_u32(&s->dboid);
-		char	   *dbname;
+		RelayStats	stats;
 
-		if (pid == 0 || !OidIsValid(dboid))
+		stats.pid = (int) pg_atomic_read_u32(&s->pid);
+		stats.dboid = pg_atomic_read_u32(&s->dboid);
+		if (stats.pid == 0 || !OidIsValid(stats.dboid))
 			continue;
 		pg_read_barrier();
-		dbname = get_database_name(dboid);
-		values[0] = Int32GetDatum((int32) pid);
-		if (dbname)
-			values[1] = CStringGetTextDatum(dbname);
-		else
-			nulls[1] = true;
-		values[2] = TimestampTzGetDatum(s->started_at);
-		for (int c = 0; c < RELAY_HTTP_US; c++)
-			values[3 + c] = Int64GetDatum((int64) pg_atomic_read_u64(&s->counters[c]));
-		values[8] = Float8GetDatum(pg_atomic_read_u64(&s->counters[RELAY_HTTP_US]) / 1e6);
-		values[9] = Float8GetDatum(pg_atomic_read_u64(&s->counters[RELAY_SQL_US]) / 1e6);
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+		stats.started_at = s->started_at;
+		for (int c = 0; c < RELAY_NCOUNTERS; c++)
+			stats.counters[c] = pg_atomic_read_u64(&s->counters[c]);
+		visit(&stats, arg);
 	}
-	return (Datum) 0;
 }
 
 /*
- * outbox._in_flight() returns (endpoint_id, in_flight, held): the requests
- * the relay of this database has in flight now, its senders' included, and
- * whether its rate limit holds the endpoint (limit.c), per endpoint with
- * either.  Read without a lock: each entry is one the relay published, and
- * those of different endpoints may be a moment apart.  No rows while no
- * relay runs here, or without shared memory.
+ * Call visit once per endpoint that the relay of this database has
+ * requests in flight to now, its senders' included, or whose rate limit
+ * holds it (limit.c).  Each entry is one the relay published, and those of
+ * different endpoints may be a moment apart.  Nothing while no relay runs
+ * here, or without shared memory.
  */
-Datum
-outbox_in_flight(PG_FUNCTION_ARGS)
+void
+outbox_visit_in_flight(InFlightVisitor visit, void *arg)
 {
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	RelaySlot  *s;
+	RelaySlot  *s = my_database_slot();
 
-	InitMaterializedSRF(fcinfo, 0);
-	s = my_database_slot();
 	if (s == NULL || pg_atomic_read_u32(&s->pid) == 0)
-		return (Datum) 0;
+		return;
 	for (int e = 0; e < SHOWN_ENTRIES; e++)
 	{
 		uint64		v = pg_atomic_read_u64(&s->in_flight[e]);
-		Datum		values[3];
-		bool		nulls[3] = {0};
 
 		if ((uint32) v == 0)
 			continue;
-		values[0] = Int32GetDatum((int32) (v >> 32));
-		values[1] = Int32GetDatum((int32) ((uint32) v & ~SHOWN_HELD));
-		values[2] = BoolGetDatum(((uint32) v & SHOWN_HELD) != 0);
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+		visit((int) (v >> 32), (int) ((uint32) v & ~SHOWN_HELD),
+			  ((uint32) v & SHOWN_HELD) != 0, arg);
 	}
-	return (Datum) 0;
 }

@@ -12,16 +12,6 @@
 
 #include "datatype/timestamp.h"
 
-/*
- * The most requests a relay keeps in flight (outbox.max_concurrency's upper
- * bound).  Each relay slot has a table of twice that many entries for its
- * endpoints' requests in flight and which are held by their rate limit
- * (outbox._in_flight()): an endpoint takes an entry only while it has one
- * in flight or is held, and held endpoints with none take at most half
- * (shmem.c), so the table cannot run out.
- */
-#define OUTBOX_MAX_CONCURRENCY	10000
-
 /* What a relay counts since it started (outbox.relay_stats). */
 typedef enum RelayCounter
 {
@@ -69,5 +59,22 @@ extern int	outbox_show_in_flight(int shown_at, int endpoint_id, int n, bool held
 /* Backends */
 extern void outbox_wake_relay(void);
 extern void outbox_endpoints_changed(void);
+
+/* A running relay, as outbox._relay_stats() shows it. */
+typedef struct RelayStats
+{
+	int			pid;
+	Oid			dboid;
+	TimestampTz started_at;
+	uint64		counters[RELAY_NCOUNTERS];
+} RelayStats;
+
+typedef void (*RelayStatsVisitor) (const RelayStats *stats, void *arg);
+typedef void (*InFlightVisitor) (int endpoint_id, int in_flight, bool held,
+								 void *arg);
+
+/* Readers: the SQL functions of src/functions/relay_admin.c */
+extern void outbox_visit_relays(RelayStatsVisitor visit, void *arg);
+extern void outbox_visit_in_flight(InFlightVisitor visit, void *arg);
 
 #endif							/* OUTBOX_SHMEM_H */

@@ -12,7 +12,8 @@
  * without the extension (or with an older version of its SQL) it leaves at
  * once, and the launcher does not try that database again until a new
  * database appears or a CREATE or ALTER EXTENSION outbox commits
- * (outbox._launch(), called by the install and update scripts).  A relay
+ * (outbox._launch(), called by the install and update scripts, calls
+ * outbox_launch_at_commit()).  A relay
  * that stopped any other way is started again after RESTART_DELAY_MS.
  *
  * DROP DATABASE, ALTER DATABASE RENAME or SET TABLESPACE and CREATE
@@ -52,8 +53,6 @@
 #include "guc.h"
 #include "relay/launcher.h"
 #include "shmem.h"
-
-PG_FUNCTION_INFO_V1(outbox_launch);
 
 /* How often the launcher reads pg_database when nothing wakes it. */
 #define SCAN_INTERVAL_MS	10000
@@ -262,6 +261,70 @@ reap(BackgroundWorkerHandle **handles, HTAB *known)
 	}
 }
 
+/*
+ * One look at pg_database: start a relay for each database that is allowed
+ * and has none, unless it is held off or waiting to restart; stop the relay
+ * of a database outbox.database no longer names; forget databases that are
+ * gone.  Returns how long the launcher may sleep before the next look.
+ * Allocates in the caller's per-iteration context cxt.
+ */
+static long
+scan_databases(HTAB *known, BackgroundWorkerHandle **handles,
+			   MemoryContext cxt, bool *warned)
+{
+	List	   *databases;
+	ListCell   *lc;
+	HASH_SEQ_STATUS seq;
+	KnownDatabase *kd;
+	TimestampTz now;
+	TimestampTz retry_at;
+	long		sleep_ms = SCAN_INTERVAL_MS;
+
+	databases = list_databases(cxt);
+	hash_seq_init(&seq, known);
+	while ((kd = hash_seq_search(&seq)) != NULL)
+		kd->seen = false;
+	now = GetCurrentTimestamp();
+	foreach(lc, databases)
+	{
+		DatabaseEntry *db = lfirst(lc);
+		int			slot = outbox_slot_for(db->dboid);
+		bool		found;
+
+		kd = hash_search(known, &db->dboid, HASH_ENTER, &found);
+		if (!found)
+		{
+			kd->absent = false;
+			kd->retry_at = 0;
+		}
+		kd->seen = true;
+
+		if (!database_allowed(db->name))
+		{
+			/* outbox.database no longer names it: stop its relay. */
+			if (slot >= 0 && handles[slot] != NULL)
+				TerminateBackgroundWorker(handles[slot]);
+			continue;
+		}
+		if (slot >= 0 || kd->absent)
+			continue;
+		/* Held off by a database command, or waiting to restart. */
+		retry_at = Max(kd->retry_at, outbox_held_until(db->dboid));
+		if (retry_at > now)
+		{
+			sleep_ms = Min(sleep_ms, TimestampDifferenceMilliseconds(now, retry_at) + 1);
+			continue;
+		}
+		(void) start_relay(db, handles, warned);
+	}
+	/* Forget databases that are gone. */
+	hash_seq_init(&seq, known);
+	while ((kd = hash_seq_search(&seq)) != NULL)
+		if (!kd->seen && outbox_slot_for(kd->dboid) < 0)
+			(void) hash_search(known, &kd->dboid, HASH_REMOVE, NULL);
+	return sleep_ms;
+}
+
 void
 outbox_launcher_main(Datum arg)
 {
@@ -290,13 +353,9 @@ outbox_launcher_main(Datum arg)
 	ereport(LOG, (errmsg("outbox launcher started")));
 	for (;;)
 	{
-		List	   *databases;
-		ListCell   *lc;
 		HASH_SEQ_STATUS seq;
 		KnownDatabase *kd;
-		TimestampTz now;
-		TimestampTz retry_at;
-		long		sleep_ms = SCAN_INTERVAL_MS;
+		long		sleep_ms;
 		uint64		requests;
 
 		MemoryContextReset(loop_cxt);
@@ -319,48 +378,7 @@ outbox_launcher_main(Datum arg)
 				kd->absent = false;
 		}
 
-		databases = list_databases(loop_cxt);
-		hash_seq_init(&seq, known);
-		while ((kd = hash_seq_search(&seq)) != NULL)
-			kd->seen = false;
-		now = GetCurrentTimestamp();
-		foreach(lc, databases)
-		{
-			DatabaseEntry *db = lfirst(lc);
-			int			slot = outbox_slot_for(db->dboid);
-			bool		found;
-
-			kd = hash_search(known, &db->dboid, HASH_ENTER, &found);
-			if (!found)
-			{
-				kd->absent = false;
-				kd->retry_at = 0;
-			}
-			kd->seen = true;
-
-			if (!database_allowed(db->name))
-			{
-				/* outbox.database no longer names it: stop its relay. */
-				if (slot >= 0 && handles[slot] != NULL)
-					TerminateBackgroundWorker(handles[slot]);
-				continue;
-			}
-			if (slot >= 0 || kd->absent)
-				continue;
-			/* Held off by a database command, or waiting to restart. */
-			retry_at = Max(kd->retry_at, outbox_held_until(db->dboid));
-			if (retry_at > now)
-			{
-				sleep_ms = Min(sleep_ms, TimestampDifferenceMilliseconds(now, retry_at) + 1);
-				continue;
-			}
-			(void) start_relay(db, handles, &warned);
-		}
-		/* Forget databases that are gone. */
-		hash_seq_init(&seq, known);
-		while ((kd = hash_seq_search(&seq)) != NULL)
-			if (!kd->seen && outbox_slot_for(kd->dboid) < 0)
-				(void) hash_search(known, &kd->dboid, HASH_REMOVE, NULL);
+		sleep_ms = scan_databases(known, handles, loop_cxt, &warned);
 
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 sleep_ms, PG_WAIT_EXTENSION);
@@ -369,8 +387,8 @@ outbox_launcher_main(Datum arg)
 }
 
 /*----------------------------------------------------------------------
- * outbox._launch(): the install and update scripts ask the launcher to
- * look again once their transaction commits.
+ * outbox._launch() (src/functions/relay_admin.c): the install and update
+ * scripts ask the launcher to look again once their transaction commits.
  *----------------------------------------------------------------------
  */
 
@@ -395,8 +413,12 @@ launch_xact_callback(XactEvent event, void *arg)
 	}
 }
 
-Datum
-outbox_launch(PG_FUNCTION_ARGS)
+/*
+ * Ask the launcher to look at the databases again when the current
+ * transaction commits; nothing happens if it aborts.
+ */
+void
+outbox_launch_at_commit(void)
 {
 	if (!launch_callback_registered)
 	{
@@ -404,7 +426,6 @@ outbox_launch(PG_FUNCTION_ARGS)
 		launch_callback_registered = true;
 	}
 	launch_at_commit = true;
-	PG_RETURN_VOID();
 }
 
 /*----------------------------------------------------------------------

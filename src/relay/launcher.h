@@ -11,5 +11,6 @@
 
 extern void outbox_relay_register(void);
 extern PGDLLEXPORT void outbox_launcher_main(Datum arg);
+extern void outbox_launch_at_commit(void);
 
 #endif							/* OUTBOX_LAUNCHER_H */

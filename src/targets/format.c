@@ -18,6 +18,9 @@
  * palloc'd in the caller's memory context.  The CloudEvents source is
  * outbox.cloudevents_source, or by default the relay's database as
  * postgresql:///<name>; outbox_format_set_database() gives the name once.
+ * The setting's variable is defined here, its one reader, so that this
+ * file reads nothing of guc.h; guc.c registers it with its check
+ * (outbox_uri_reference_valid) and assign hook (outbox_format_source_changed).
  * outbox._check_format() (src/functions/checks.c) is the SQL side: the
  * names, and the headers an endpoint may not set in a format.
  *
@@ -34,7 +37,6 @@
 #include "utils/memutils.h"
 
 #include "targets/format.h"
-#include "guc.h"
 
 static const char *const format_names[OUTBOX_FORMATS] = {
 	"standard-webhooks", "cloudevents", "cloudevents-binary"
@@ -55,6 +57,9 @@ static const char *const ce_attribute_headers[] = {
 	"ce-specversion", "ce-id", "ce-source", "ce-type", "ce-subject", "ce-time",
 	"ce-datacontenttype", NULL
 };
+
+/* outbox.cloudevents_source: set by the GUC machinery (guc.c). */
+char	   *outbox_cloudevents_source = NULL;
 
 /* The relay's database, and the source derived from it and the setting. */
 static char *database_name = NULL;

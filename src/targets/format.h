@@ -42,6 +42,9 @@ typedef struct EventParts
 	size_t		data_len;
 } EventParts;
 
+/* outbox.cloudevents_source (registered in guc.c); empty: the default */
+extern char *outbox_cloudevents_source;
+
 extern bool outbox_format_from_name(const char *name, OutboxFormat *format);
 extern bool outbox_format_ce_header(const char *name, size_t len);
 extern void outbox_format_set_database(const char *dbname);

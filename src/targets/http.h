@@ -15,9 +15,9 @@
 #include "lib/ilist.h"
 
 #include "targets/h1parse.h"
+#include "targets/outcome.h"
 
 #define OUTBOX_MAX_URL			2048
-#define OUTBOX_RESPONSE_KEEP	512 /* response bytes kept for the log */
 
 /*
  * What a response may send.  Past OUTBOX_RESPONSE_READ bytes after the
@@ -51,8 +51,11 @@ typedef struct HttpRequest
 	void	   *owner;
 	const char *client_cert;	/* mutual TLS: certificate and key files, */
 	const char *client_key;		/* or NULL */
-	bool		token_request;	/* an OAuth2 token request of the relay's
-								 * (credentials.c), not a delivery */
+	void		(*done) (struct HttpRequest *req);	/* or NULL: called as it
+													 * is taken back, for a
+													 * request that is no
+													 * delivery (an OAuth2
+													 * token request) */
 	char	   *whole_body;		/* or NULL: keep the body as it came here, */
 	size_t		whole_size;		/* at most this many bytes */
 

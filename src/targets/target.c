@@ -22,12 +22,7 @@
 
 #include "utils/memutils.h"
 
-#include "relay/delivery.h"
-#include "guc.h"
 #include "targets/http.h"
-#include "targets/kafka.h"
-#include "targets/nats.h"
-#include "targets/rabbitmq.h"
 #include "targets/target.h"
 
 static const TargetOps *const targets[TARGET_KINDS] = {
@@ -143,13 +138,13 @@ target_takes_slot(TargetKind kind)
  * for want of them: it grows at least twofold, from 64.
  */
 void
-target_reserve(struct Delivery ***list, int *room, int want)
+target_reserve(TargetRequest ***list, int *room, int want)
 {
 	if (want <= *room)
 		return;
 	want = Max(want, Max(64, *room * 2));
-	*list = *list == NULL ? MemoryContextAlloc(TopMemoryContext, sizeof(struct Delivery *) * want) :
-		repalloc(*list, sizeof(struct Delivery *) * want);
+	*list = *list == NULL ? MemoryContextAlloc(TopMemoryContext, sizeof(TargetRequest *) * want) :
+		repalloc(*list, sizeof(TargetRequest *) * want);
 	*room = want;
 }
 
@@ -171,47 +166,39 @@ target_wake_pipe(int fds[2])
 	http_wait_also(fds[0]);
 }
 
-/*
- * At the relay's start: the HTTP client, sized by outbox.max_concurrency,
- * and the Kafka and NATS targets' wake-up pipes, watched from the first
- * wait on.
- */
+/* At the relay's start, before the first submit: every target, in order. */
 void
 target_start(void)
 {
-	http_start(outbox_max_concurrency);
-	kafka_start();
-	nats_start();
-	rabbitmq_start();
+	for (int i = 0; i < TARGET_KINDS; i++)
+		targets[i]->start();
 }
 
 /* After a configuration reload. */
 void
 target_configure(void)
 {
-	http_configure(outbox_max_concurrency);
-	kafka_configure();
-	nats_configure();
-	rabbitmq_configure();
+	for (int i = 0; i < TARGET_KINDS; i++)
+		targets[i]->configure();
 }
 
-/* Hand a delivery to its target; its result comes from target_next_done. */
+/* Hand a request to its target; its result comes from target_next_done. */
 void
-target_submit(Delivery *d, TargetKind kind, int relay_in_flight)
+target_submit(TargetRequest *req, TargetKind kind, int relay_in_flight)
 {
-	targets[kind]->submit(d, relay_in_flight);
+	targets[kind]->submit(req, relay_in_flight);
 }
 
-/* A delivery whose attempt finished, of any target, or NULL. */
-Delivery *
+/* A request whose attempt finished, of any target, or NULL. */
+TargetRequest *
 target_next_done(void)
 {
 	for (int i = 0; i < TARGET_KINDS; i++)
 	{
-		Delivery   *d = targets[i]->next_done();
+		TargetRequest *req = targets[i]->next_done();
 
-		if (d != NULL)
-			return d;
+		if (req != NULL)
+			return req;
 	}
 	return NULL;
 }

@@ -27,6 +27,7 @@ OBJS = \
 	src/functions/origin.o \
 	src/targets/sign.o \
 	src/targets/format.o \
+	src/targets/wait.o \
 	src/targets/http.o \
 	src/targets/h1parse.o \
 	src/targets/http1.o \

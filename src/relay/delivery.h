@@ -146,7 +146,7 @@ typedef struct Delivery
 	bool		took_slot;		/* its attempt holds one of the relay's slots */
 	/* and counts as fresh until the relay waited this long (pump.c) */
 	bool		fresh;
-	int64		fresh_until;	/* in http_blocked_us() */
+	int64		fresh_until;	/* in wait_blocked_us() */
 	TimestampTz fresh_by;		/* or by the clock */
 	dlist_node	fresh_node;
 } Delivery;

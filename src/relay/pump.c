@@ -35,6 +35,7 @@
 #include "relay/relay.h"
 #include "shmem.h"
 #include "targets/target.h"
+#include "targets/wait.h"
 
 /* Failing deliveries are reported at most this often per endpoint. */
 #define WARNING_INTERVAL_MS	60000
@@ -82,7 +83,7 @@ static int	busy_endpoints = 0;
  * Fresh requests (DESIGN.md, The relay loop).  Of the requests that take
  * slots, at most FRESH_MAX per sending process are fresh at once: sent
  * since the relay last spent FRESH_WAIT_US blocked, waiting for answers
- * (http_blocked_us), and less than FRESH_WALL_MS ago.  A
+ * (wait_blocked_us), and less than FRESH_WALL_MS ago.  A
  * relay at a full core with answers coming at once hardly waits, so its
  * requests stay fresh until answered, and it keeps about FRESH_MAX in
  * flight: more would cost each request more and gain nothing (bench case
@@ -130,7 +131,7 @@ fresh_max(void)
 static void
 age_fresh(void)
 {
-	int64		blocked = http_blocked_us();
+	int64		blocked = wait_blocked_us();
 	TimestampTz now = GetCurrentTimestamp();
 
 	while (!dlist_is_empty(&fresh))
@@ -266,7 +267,7 @@ submit(Delivery *d)
 	if (counts_fresh(ep))
 	{
 		d->fresh = true;
-		d->fresh_until = http_blocked_us() + FRESH_WAIT_US;
+		d->fresh_until = wait_blocked_us() + FRESH_WAIT_US;
 		d->fresh_by = now + FRESH_WALL_MS * INT64CONST(1000);
 		dlist_push_tail(&fresh, &d->fresh_node);
 		n_fresh++;
@@ -688,7 +689,7 @@ pump_ms_to_age(void)
 	if (n_fresh < fresh_max() || dlist_is_empty(&ready))
 		return -1;
 	d = dlist_head_element(Delivery, fresh_node, &fresh);
-	return Max(0, Min((d->fresh_until - http_blocked_us() + 999) / 1000,
+	return Max(0, Min((d->fresh_until - wait_blocked_us() + 999) / 1000,
 					  TimestampDifferenceMilliseconds(GetCurrentTimestamp(), d->fresh_by) + 1));
 }
 

@@ -18,7 +18,7 @@
  * results the other.  Neither side ever blocks on a queue: what does not
  * fit waits in a list and goes when the other side has read.  A queue
  * write sets the reader's latch, so both sleep in their usual wait on the
- * latch and libcurl's sockets (http_wait).
+ * latch and libcurl's sockets (wait.c).
  *
  * A sender that exits (or could not be started, or is stuck: no answer
  * SENDER_GRACE_MS past a request's timeout) fails its requests in flight
@@ -47,6 +47,7 @@
 #include "guc.h"
 #include "targets/http.h"
 #include "relay/sender.h"
+#include "targets/wait.h"
 #include "targets/webhook.h"
 
 /* Each queue, per sender and direction. */
@@ -686,6 +687,6 @@ outbox_sender_main(Datum arg)
 			proc_exit(0);
 
 		/* The relay's writes and reads set our latch. */
-		(void) http_wait(1000);
+		(void) wait_sleep(1000);
 	}
 }

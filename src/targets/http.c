@@ -38,6 +38,7 @@
 #include "guc.h"
 #include "targets/http.h"
 #include "targets/http1.h"
+#include "targets/wait.h"
 
 /*
  * The URL as messages may show it: what stands between the scheme and the
@@ -188,30 +189,13 @@ static dlist_head in_flight = DLIST_STATIC_INIT(in_flight);
 
 /*
  * The sockets libcurl wants watched (socket callback) and when it wants to
- * be called back regardless (timer callback), per pool.  The relay sleeps
- * in one WaitEventSet on its latch and on these.
+ * be called back regardless (timer callback), per pool, are in the
+ * process's one wait (wait.c).
  *
  * On Linux the sockets live in an epoll set of our own, which sits in the
- * WaitEventSet as a single socket: a change costs one epoll_ctl, and the
- * WaitEventSet is built once.  Elsewhere the WaitEventSet is rebuilt from
- * the list of watched sockets whenever it changed.
+ * wait as a single socket: a change costs one epoll_ctl, and the wait's
+ * set is built once.  Elsewhere each socket is in the wait on its own.
  */
-static WaitEventSet *wait_set = NULL;
-
-/* Other targets' sockets the wait watches for reading (http_wait_also). */
-#define WAIT_ALSO_MAX	4
-static pgsocket also_watched[WAIT_ALSO_MAX];
-static int	n_also_watched = 0;
-
-/* Is fd one of those? */
-static bool
-is_also_watched(pgsocket fd)
-{
-	for (int i = 0; i < n_also_watched; i++)
-		if (also_watched[i] == fd)
-			return true;
-	return false;
-}
 
 static pg_attribute_unused() HttpPool *
 pool_by_generation(uint32 generation)
@@ -427,25 +411,9 @@ socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp, void *socketp)
 	return watch_set(s, fd, events, pool->generation) ? 0 : -1;
 }
 
-static void
-build_wait_set(void)
-{
-	if (wait_set != NULL)
-		return;
-	curl_epfd = epoll_create1(EPOLL_CLOEXEC);
-	if (curl_epfd < 0)
-		elog(ERROR, "epoll_create1 failed: %m");
-	wait_set = CreateWaitEventSet(TopMemoryContext, 3 + n_also_watched);
-	AddWaitEventToSet(wait_set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
-	AddWaitEventToSet(wait_set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
-	AddWaitEventToSet(wait_set, WL_SOCKET_READABLE, curl_epfd, NULL, NULL);
-	for (int i = 0; i < n_also_watched; i++)
-		AddWaitEventToSet(wait_set, WL_SOCKET_READABLE, also_watched[i], NULL, NULL);
-}
-
 /* Hand libcurl the ready sockets of our epoll set, each to its pool. */
 static void
-act_on_sockets(void)
+act_on_sockets(pgsocket epfd, uint32 events, void *arg)
 {
 	struct epoll_event evs[64];
 	int			n;
@@ -485,6 +453,17 @@ act_on_sockets(void)
 	}
 }
 
+/* At the start: our epoll set, in the wait. */
+static void
+start_watching(void)
+{
+	curl_epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (curl_epfd < 0)
+		elog(ERROR, "epoll_create1 failed: %m");
+	if (!wait_watch(curl_epfd, WL_SOCKET_READABLE, act_on_sockets, NULL))
+		elog(ERROR, "out of memory");
+}
+
 #else							/* !HAVE_SYS_EPOLL_H */
 
 /* The wait set is rebuilt from what libcurl watches: nothing to track. */
@@ -510,87 +489,43 @@ take_socket(pgsocket fd)
 {
 }
 
-typedef struct WatchedSocket
+/* A socket of a pool's is ready: libcurl acts on it. */
+static void
+curl_socket_ready(pgsocket fd, uint32 events, void *arg)
 {
-	curl_socket_t fd;
-	int			what;			/* CURL_POLL_IN, _OUT or _INOUT */
-	HttpPool   *pool;
-} WatchedSocket;
+	HttpPool   *pool = (HttpPool *) arg;
+	int			flags = 0;
 
-static WatchedSocket *watched = NULL;
-static int	n_watched = 0;
-static int	max_watched = 0;
-static bool watch_changed = true;
+	if (events & WL_SOCKET_READABLE)
+		flags |= CURL_CSELECT_IN;
+	if (events & WL_SOCKET_WRITEABLE)
+		flags |= CURL_CSELECT_OUT;
+	if (flags)
+		multi_act(pool->multi, fd, flags);
+}
 
+/* Each socket libcurl watches is in the wait, for what libcurl asks. */
 static int
 socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp, void *socketp)
 {
-	int			i;
+	uint32		events = 0;
 
-	for (i = 0; i < n_watched; i++)
-		if (watched[i].fd == fd)
-			break;
 	if (what == CURL_POLL_REMOVE)
 	{
-		if (i < n_watched)
-			watched[i] = watched[--n_watched];
+		wait_forget(fd);
+		return 0;
 	}
-	else
-	{
-		if (i == n_watched)
-		{
-			if (n_watched == max_watched)
-			{
-				int			grow = Max(16, max_watched * 2);
-				WatchedSocket *more = realloc(watched, sizeof(WatchedSocket) * grow);
-
-				if (more == NULL)
-					return -1;	/* libcurl fails the transfer */
-				watched = more;
-				max_watched = grow;
-			}
-			watched[n_watched++].fd = fd;
-		}
-		watched[i].what = what;
-		watched[i].pool = (HttpPool *) userp;
-	}
-	watch_changed = true;
-	return 0;
+	if (what & CURL_POLL_IN)
+		events |= WL_SOCKET_READABLE;
+	if (what & CURL_POLL_OUT)
+		events |= WL_SOCKET_WRITEABLE;
+	/* out of memory: libcurl fails the transfer */
+	return wait_watch(fd, events, curl_socket_ready, userp) ? 0 : -1;
 }
 
 static void
-build_wait_set(void)
+start_watching(void)
 {
-	if (wait_set != NULL && !watch_changed)
-		return;
-	if (wait_set != NULL)
-		FreeWaitEventSet(wait_set);
-	wait_set = CreateWaitEventSet(TopMemoryContext, n_watched + 2 + n_also_watched);
-	AddWaitEventToSet(wait_set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
-	AddWaitEventToSet(wait_set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
-	for (int i = 0; i < n_also_watched; i++)
-		AddWaitEventToSet(wait_set, WL_SOCKET_READABLE, also_watched[i], NULL, NULL);
-	for (int i = 0; i < n_watched; i++)
-	{
-		uint32		events = 0;
-
-		if (watched[i].what & CURL_POLL_IN)
-			events |= WL_SOCKET_READABLE;
-		if (watched[i].what & CURL_POLL_OUT)
-			events |= WL_SOCKET_WRITEABLE;
-		AddWaitEventToSet(wait_set, events, watched[i].fd, NULL, NULL);
-	}
-	watch_changed = false;
-}
-
-/* The pool whose libcurl watches fd, or NULL. */
-static HttpPool *
-pool_of_socket(curl_socket_t fd)
-{
-	for (int i = 0; i < n_watched; i++)
-		if (watched[i].fd == fd)
-			return watched[i].pool;
-	return NULL;
 }
 #endif							/* HAVE_SYS_EPOLL_H */
 
@@ -758,6 +693,19 @@ http_configure(int max_total)
 	http1_retire(current->generation, max_total);
 }
 
+static TimestampTz http_due(void);
+static void http_after(void);
+
+/* libcurl's timers and http1.c's deadlines, in the wait (wait.h). */
+static const WaitTimer http_timer = {
+	.due = http_due,
+	.after = http_after,
+};
+
+/*
+ * At the start of the relay or a sender: libcurl, the first pool, our
+ * epoll set in the wait, and our clocks.
+ */
 void
 http_start(int max_total)
 {
@@ -767,6 +715,8 @@ http_start(int max_total)
 	max_total = http_socket_room(max_total);
 	current = pool_create(max_total);
 	http1_retire(current->generation, max_total);
+	start_watching();
+	wait_add_timer(&http_timer);
 }
 
 /*
@@ -1333,30 +1283,16 @@ act_on_timers(void)
 	}
 }
 
-/* Time this process spent asleep in http_wait(), in µs (pump.c). */
-static int64 blocked_us = 0;
-
-int64
-http_blocked_us(void)
-{
-	return blocked_us;
-}
-
 /*
- * Sleep until the latch is set, a socket libcurl watches is ready, libcurl's
- * timer is due, or timeout_ms passed; then let libcurl do its work.
- * Returns true when the latch was set (the caller resets it).
+ * When libcurl or http1.c must act whether or not a socket wakes the wait:
+ * the first of the pools' timers and http1.c's deadlines; now when http1.c
+ * has a request that failed as it was sent, to be taken at once.
  */
-bool
-http_wait(long timeout_ms)
+static TimestampTz
+http_due(void)
 {
-	WaitEvent	events[16];
-	int			n;
-	bool		latch = false;
-	long		wait_ms = timeout_ms;
 	TimestampTz first_due = current->timer_due;
 	TimestampTz http1_due = http1_next_due();
-	TimestampTz blocked_from;
 	dlist_iter	iter;
 
 	dlist_foreach(iter, &retiring)
@@ -1368,60 +1304,18 @@ http_wait(long timeout_ms)
 	}
 	if (http1_due != 0 && (first_due == 0 || http1_due < first_due))
 		first_due = http1_due;
-	if (first_due != 0)
-		wait_ms = Min(wait_ms, Max(0, TimestampDifferenceMilliseconds(GetCurrentTimestamp(), first_due)));
 	if (http1_any_done())
-		wait_ms = 0;			/* failed as it was sent: to be taken now */
-	build_wait_set();
+		return GetCurrentTimestamp();
+	return first_due;
+}
 
-	blocked_from = GetCurrentTimestamp();
-	n = WaitEventSetWait(wait_set, wait_ms, events, lengthof(events), PG_WAIT_EXTENSION);
-	blocked_us += GetCurrentTimestamp() - blocked_from;
-	for (int i = 0; i < n; i++)
-	{
-		if (events[i].events & WL_LATCH_SET)
-		{
-			latch = true;
-			continue;
-		}
-		if (is_also_watched(events[i].fd))
-			continue;			/* its target reads it (target_wait) */
-#ifdef HAVE_SYS_EPOLL_H
-		if (events[i].events & WL_SOCKET_READABLE)
-			act_on_sockets();
-#else
-		{
-			int			flags = 0;
-			HttpPool   *pool = pool_of_socket(events[i].fd);
-
-			if (events[i].events & WL_SOCKET_READABLE)
-				flags |= CURL_CSELECT_IN;
-			if (events[i].events & WL_SOCKET_WRITEABLE)
-				flags |= CURL_CSELECT_OUT;
-			if (flags && pool != NULL)
-				multi_act(pool->multi, events[i].fd, flags);
-		}
-#endif
-	}
+/* After every wait: libcurl's timers that are due, http1.c's deadlines. */
+static void
+http_after(void)
+{
 	act_on_timers();
 	if (http1_next_due() != 0)
 		http1_expire(GetCurrentTimestamp());
-	return latch;
-}
-
-/*
- * Have http_wait() also wake when sock is readable: another target's
- * socket, or the pipe a client library's threads write to (target.h).
- * Called before the first wait, at most WAIT_ALSO_MAX times; the caller
- * reads the socket.
- */
-void
-http_wait_also(pgsocket sock)
-{
-	Assert(wait_set == NULL);
-	if (n_also_watched >= WAIT_ALSO_MAX)
-		elog(ERROR, "too many sockets for the relay's wait");
-	also_watched[n_also_watched++] = sock;
 }
 
 /*

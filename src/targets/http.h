@@ -116,9 +116,6 @@ extern int	http_socket_room(int wanted);
 extern void http_start(int max_total);
 extern void http_configure(int max_total);
 extern void http_submit(HttpRequest *req);
-extern bool http_wait(long timeout_ms);
-extern int64 http_blocked_us(void);
-extern void http_wait_also(pgsocket sock);
 extern HttpRequest *http_next_done(void);
 extern void http_abandon_all(void);
 

@@ -41,7 +41,7 @@
  * so that PostgreSQL's signal handlers run in the relay's thread alone.
  * Every producer's main queue writes a byte to one pipe when it becomes
  * non-empty (rd_kafka_queue_io_event_enable); the relay's wait watches the
- * pipe (http_wait_also), and kafka_poll() serves the queues in the relay's
+ * pipe (target_wake_pipe), and kafka_poll() serves the queues in the relay's
  * thread: delivery reports, errors and librdkafka's log lines (log.queue)
  * arrive there and nowhere else.  The one callback a librdkafka thread
  * runs is connect_cb, which applies the address policy

@@ -68,7 +68,7 @@
  * from a free list the relay filled beforehand (one per message in flight,
  * so it never allocates), queues it under a mutex, and, when the queue was
  * empty, writes a byte to a pipe the relay's wait watches
- * (http_wait_also).  nats_poll() takes the queued acknowledgements in the
+ * (target_wake_pipe).  nats_poll() takes the queued acknowledgements in the
  * relay's thread and matches each to its delivery by the message's
  * address.
  *

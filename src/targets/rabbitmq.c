@@ -52,7 +52,7 @@
  * most: TCP connect, handshake and each RPC), publishes, reads confirms as
  * they arrive (poll() on the connection's socket and its pipe), and moves
  * each finished message to the done list, writing a byte to one pipe that
- * the relay's wait watches (http_wait_also).  rabbitmq_poll() then fills
+ * the relay's wait watches (target_wake_pipe).  rabbitmq_poll() then fills
  * the deliveries' results in the relay's thread.  The threads never call
  * into PostgreSQL (no palloc, no ereport): they use malloc'd messages,
  * librabbitmq, the resolver and the address policy (address.c, on the

@@ -3,14 +3,15 @@
  * target.c
  *	  The delivery targets behind one interface (target.h): which target an
  *	  endpoint's URL names and that target's check of it (in any backend),
- *	  and the relay's calls spread over all of them.
+ *	  and the relay's calls spread over all of them, each target's
+ *	  operation in turn.
  *
- * The relay sleeps in one wait: http_wait() sleeps on the latch and on
- * libcurl's sockets, and on the pipes the Kafka target's queues and the
- * NATS target's acknowledgements and the RabbitMQ target's publisher
- * threads write to (http_wait_also); after it, every target reads what
- * arrived.  All but target_check_url runs in the relay, with no
- * transaction open.
+ * The relay sleeps in one wait (wait.c): on its latch, on what the targets
+ * registered there at their start (libcurl's sockets and clocks, the pipes
+ * the Kafka target's queues, the NATS target's acknowledgements and the
+ * RabbitMQ target's publisher threads write to); after it, every target
+ * reads what arrived (target_wait).  All but target_check_url runs in the
+ * relay, with no transaction open.
  *
  *-------------------------------------------------------------------------
  */
@@ -24,6 +25,7 @@
 
 #include "targets/http.h"
 #include "targets/target.h"
+#include "targets/wait.h"
 
 static const TargetOps *const targets[TARGET_KINDS] = {
 	[TARGET_WEBHOOK] = &outbox_webhook_target,
@@ -151,7 +153,8 @@ target_reserve(TargetRequest ***list, int *room, int want)
 /*
  * Make the pipe through which a target's own threads wake the relay: both
  * ends non-blocking and closed on exec, the reading end in the relay's wait
- * (http_wait_also).  For the broker targets, at the relay's start.
+ * (wait.c), read by the target in its poll().  For the broker targets, at
+ * their start.
  */
 void
 target_wake_pipe(int fds[2])
@@ -163,7 +166,8 @@ target_wake_pipe(int fds[2])
 		(void) fcntl(fds[i], F_SETFL, O_NONBLOCK);
 		(void) fcntl(fds[i], F_SETFD, FD_CLOEXEC);
 	}
-	http_wait_also(fds[0]);
+	if (!wait_watch(fds[0], WL_SOCKET_READABLE, NULL, NULL))
+		elog(ERROR, "out of memory");
 }
 
 /* At the relay's start, before the first submit: every target, in order. */
@@ -211,7 +215,7 @@ target_next_done(void)
 bool
 target_wait(long timeout_ms)
 {
-	bool		latch = http_wait(timeout_ms);
+	bool		latch = wait_sleep(timeout_ms);
 
 	for (int i = 0; i < TARGET_KINDS; i++)
 		targets[i]->poll();

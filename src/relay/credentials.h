@@ -1,9 +1,10 @@
 /*-------------------------------------------------------------------------
  *
  * credentials.h
- *	  An endpoint's client authentication as the relay applies it: the
- *	  Authorization header it adds, its client certificate, and its OAuth2
- *	  tokens, fetched without blocking the relay and cached.
+ *	  An endpoint's client authentication as the relay keeps it (its
+ *	  EndpointAuth, targets/auth.h, which its target reads): loaded with the
+ *	  endpoint, and its OAuth2 tokens fetched without blocking the relay
+ *	  and cached.
  *
  *-------------------------------------------------------------------------
  */

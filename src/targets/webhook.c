@@ -1,9 +1,11 @@
 /*-------------------------------------------------------------------------
  *
  * webhook.c
- *	  The webhook target: a delivery as a signed HTTP POST (Standard
- *	  Webhooks), sent through libcurl (http.c) by the relay or one of its
- *	  sender processes (sender.c), and its response as a TargetResult.
+ *	  The webhook target: a request as a signed HTTP POST (Standard
+ *	  Webhooks), sent through libcurl (http.c) by the relay or one of the
+ *	  sender processes that registered (webhook.h), and its answer as a
+ *	  TargetResult: an outcome by the Standard Webhooks rules, the HTTP
+ *	  status and response as detail.
  *
  * The request carries the headers of the endpoint's format, the signature
  * over the body as sent (with the old key too while a secret rotates), the
@@ -210,13 +212,13 @@ redact_response(const TargetEndpoint *ep, HttpRequest *req)
 }
 
 /*
- * Build the signed request of one delivery and hand it to libcurl: the
+ * Build the signed HTTP request of one attempt and hand it to libcurl: the
  * headers of its endpoint's format, the signature over the body as sent
  * (in every format), the endpoint's headers and its Authorization from
  * auth, then the event's, except those the endpoint or the format sets
- * itself; and its client certificate.  An OAuth2 endpoint has its token
- * (credentials_state).  The request is allocated in current memory, the
- * delivery's batch's.
+ * itself; and its client certificate.  An OAuth2 endpoint has its token:
+ * the relay waits for one before it submits.  The HTTP request is
+ * allocated in current memory, which the caller keeps until next_done.
  */
 static void
 webhook_submit(TargetRequest *tr, int relay_in_flight)

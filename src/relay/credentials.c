@@ -32,6 +32,7 @@
 #include "utils/timestamp.h"
 
 #include "relay/credentials.h"
+#include "targets/http.h"
 
 /* After a failed fetch, deliveries fail without one for this long. */
 #define FETCH_AGAIN_MS			1000

@@ -35,7 +35,6 @@
 
 #include "targets/auth.h"
 #include "targets/format.h"
-#include "targets/http.h"
 #include "targets/outcome.h"
 #include "targets/sign.h"
 

@@ -217,7 +217,7 @@ start_fetch(RelayEndpoint *ep, TimestampTz now)
 	f->req.body = f->body;
 	f->req.body_len = strlen(f->body);
 	f->req.headers = h;
-	f->req.timeout_ms = ep->timeout_ms;
+	f->req.timeout_ms = ep->dest.timeout_ms;
 	f->req.owner = f;
 	f->req.done = fetch_done;
 	f->req.whole_body = f->answer;

@@ -93,7 +93,7 @@ delivery_batch_of_events(RelayEndpoint *ep, bool is_page, EventRows *rows, Memor
 		Delivery   *d = &b->d[i];
 
 		delivery_of_event(d, b, e);
-		d->body = delivery_event_body(e, ep->format);
+		d->body = delivery_event_body(e, ep->dest.format);
 		pfree(e->data);
 		d->already = rows->delivered[i];
 	}

@@ -53,8 +53,6 @@ typedef struct RelayEndpoint
 	TargetEndpoint dest;		/* what its target knows of it: its URL,
 								 * headers, signing keys and client
 								 * authentication (credentials.c) */
-	OutboxFormat format;		/* dest.format, for the relay */
-	long		timeout_ms;		/* dest.timeout_ms, for the relay */
 	int			max_attempts;
 	bool		ordered;
 	int64		max_age_ms;		/* events older go unsent (expired); 0: none */

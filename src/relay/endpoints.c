@@ -135,7 +135,7 @@ endpoints_load(HTAB *endpoints, MemoryContext cxt)
 		 */
 		if (!found || !ep->detach)
 			ep->follows = row->follows;
-		ep->timeout_ms = ep->dest.timeout_ms = row->timeout_ms;
+		ep->dest.timeout_ms = row->timeout_ms;
 		ep->max_attempts = row->max_attempts;
 		ep->ordered = row->ordered;
 		ep->active = row->active;
@@ -163,7 +163,7 @@ endpoints_load(HTAB *endpoints, MemoryContext cxt)
 			limit_unpause(ep, now);
 		ep->changed_at = row->changed_at;
 		if (row->format_ok)
-			ep->format = ep->dest.format = row->format;
+			ep->dest.format = row->format;
 		else
 		{
 			/* (endpoints_format_check: cannot happen) */

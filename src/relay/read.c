@@ -313,7 +313,7 @@ route_fill_parts(RelayState *rs, StreamPage *p, Routing *r)
 			Assert(b != NULL);
 			d = &b->d[b->n++];
 			delivery_of_event(d, b, e);
-			d->body = stream_body(p, e, b->ep->format);
+			d->body = stream_body(p, e, b->ep->dest.format);
 			r->verify_some |= b->ep->verify_page;
 			first_attempt(d, false, r->now);
 			if (rs->stream_verify || b->ep->verify_page || (b->ep->ordered && e->key != NULL))
@@ -407,7 +407,7 @@ failing(const RelayEndpoint *ep)
 {
 	return ep->retry_failures > 0 &&
 		!TimestampDifferenceExceeds(ep->failed_at, GetCurrentTimestamp(),
-									ep->timeout_ms + 1000);
+									ep->dest.timeout_ms + 1000);
 }
 
 /*

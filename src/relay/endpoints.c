@@ -4,8 +4,8 @@
  *	  The relay's endpoint table: a RelayEndpoint (delivery.h) per
  *	  endpoint id, made and refreshed from outbox.endpoints.
  *
- * The relay's state owns the table (a hash table in its memory, endpoints_create)
- * and asks for a load in a read step when the endpoints changed or have
+ * The relay's state owns the table (a hash table in its memory,
+ * endpoints_create) and asks for a load in a read step when the endpoints changed or have
  * not been loaded for a while (endpoints_load).  A load takes each row's
  * settings, keys, rate limit (limit.c) and client credentials
  * (credentials.c) over into its entry and leaves alone what the relay

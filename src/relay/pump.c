@@ -15,8 +15,10 @@
  * endpoint's own counts are in its RelayEndpoint (delivery.h).  An endpoint
  * held by its rate limit or paused by a Retry-After stops following the
  * stream: pump_run() and pump_collect() return such endpoints, and the
- * relay detaches them (relay_detach, state.c).  Runs in the relay's loop with no
- * transaction open: nothing here touches SQL.
+ * relay detaches them (relay_detach, state.c) once the call returns; until
+ * then a paused endpoint's part still counts toward its stream page's
+ * answers.  Runs in the relay's loop with no transaction open: nothing
+ * here touches SQL.
  *
  *-------------------------------------------------------------------------
  */

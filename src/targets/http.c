@@ -34,6 +34,7 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
+#include "compat.h"
 #include "targets/address.h"
 #include "guc.h"
 #include "targets/http.h"
@@ -435,7 +436,7 @@ build_wait_set(void)
 	curl_epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (curl_epfd < 0)
 		elog(ERROR, "epoll_create1 failed: %m");
-	wait_set = CreateWaitEventSet(TopMemoryContext, 3 + n_also_watched);
+	wait_set = outbox_create_wait_event_set(3 + n_also_watched);
 	AddWaitEventToSet(wait_set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
 	AddWaitEventToSet(wait_set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
 	AddWaitEventToSet(wait_set, WL_SOCKET_READABLE, curl_epfd, NULL, NULL);
@@ -565,7 +566,7 @@ build_wait_set(void)
 		return;
 	if (wait_set != NULL)
 		FreeWaitEventSet(wait_set);
-	wait_set = CreateWaitEventSet(TopMemoryContext, n_watched + 2 + n_also_watched);
+	wait_set = outbox_create_wait_event_set(n_watched + 2 + n_also_watched);
 	AddWaitEventToSet(wait_set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
 	AddWaitEventToSet(wait_set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
 	for (int i = 0; i < n_also_watched; i++)

@@ -26,6 +26,7 @@
 #include "storage/latch.h"
 #include "storage/proc.h"
 #include "utils/acl.h"
+#include "utils/guc.h"
 #include "utils/memutils.h"
 
 #if PG_VERSION_NUM < 150000
@@ -85,6 +86,21 @@ object_ownercheck(Oid classid, Oid objectid, Oid roleid)
 	return false;				/* keep the compiler quiet */
 }
 #endif
+
+/*
+ * Memory for a GUC check hook's *extra, which the GUC machinery frees: with
+ * free() up to 15, with guc_free() from 16, so it must come from
+ * guc_malloc() there.  NULL (after a LOG) when out of memory.
+ */
+static inline void *
+outbox_guc_malloc(size_t size)
+{
+#if PG_VERSION_NUM >= 160000
+	return guc_malloc(LOG, size);
+#else
+	return malloc(size);
+#endif
+}
 
 /*
  * A WaitEventSet for nevents events that lives until FreeWaitEventSet() or

@@ -38,6 +38,18 @@
 #include "varatt.h"
 #endif
 
+/*
+ * A function that does not return: PostgreSQL 18 has pg_noreturn, written
+ * before the declaration, in place of pg_attribute_noreturn() after it.
+ */
+#ifndef pg_noreturn
+#if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
+#define pg_noreturn _Noreturn
+#else
+#define pg_noreturn __attribute__((noreturn))
+#endif
+#endif
+
 /* PostgreSQL 17 names a backend's PGPROC by its number, MyProcNumber. */
 #if PG_VERSION_NUM < 170000
 #define MyProcNumber (MyProc->pgprocno)

@@ -14,6 +14,7 @@
 #include "datatype/timestamp.h"
 #include "lib/ilist.h"
 
+#include "compat.h"
 #include "targets/h1parse.h"
 
 #define OUTBOX_MAX_URL			2048
@@ -108,7 +109,7 @@ http_kept_char(char c)
 }
 
 extern char *http_check_url(const char *url, const char *what);
-extern void http_bad_url(const char *url, const char *what, const char *detail) pg_attribute_noreturn();
+pg_noreturn extern void http_bad_url(const char *url, const char *what, const char *detail);
 extern int	http_socket_room(int wanted);
 extern void http_start(int max_total);
 extern void http_configure(int max_total);

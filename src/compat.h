@@ -11,8 +11,8 @@
  * defined here, whose arguments are the same on every version.  The
  * PG_VERSION_NUM tests of the C code are in this file alone.
  *
- * Include it after postgres.h.  It holds no state: static inline
- * functions only, safe in any process and under any lock.
+ * Include it after postgres.h.  It holds no state (macros, one typedef and
+ * static inline functions), and is safe in any process and under any lock.
  *
  *-------------------------------------------------------------------------
  */

@@ -29,6 +29,8 @@ OBJS = \
 	src/functions/relay_admin.o \
 	src/targets/sign.o \
 	src/targets/format.o \
+	src/targets/wait.o \
+	src/targets/response.o \
 	src/targets/http.o \
 	src/targets/h1parse.o \
 	src/targets/http1.o \

@@ -32,6 +32,7 @@
 #include "utils/timestamp.h"
 
 #include "relay/credentials.h"
+#include "targets/http.h"
 
 /* After a failed fetch, deliveries fail without one for this long. */
 #define FETCH_AGAIN_MS			1000
@@ -56,6 +57,8 @@ static MemoryContext fetch_cxt = NULL;
 static uint64 next_fetch = 1;
 /* Token generations, unique in the relay: a 401 names the token it refused. */
 static uint32 last_generation = 0;
+
+static void fetch_done(HttpRequest *req);
 
 /* A copy of s in cxt, and s dropped. */
 static char *
@@ -92,7 +95,7 @@ credentials_load(RelayEndpoint *ep, AuthConfig *cfg, MemoryContext parent)
 	EndpointAuth *a;
 	MemoryContext cxt;
 
-	if (cfg != NULL && ep->auth != NULL && auth_equal(&ep->auth->cfg, cfg))
+	if (cfg != NULL && ep->dest.auth != NULL && auth_equal(&ep->dest.auth->cfg, cfg))
 	{
 		/* the same: keep what we have (its token), drop the row's copy */
 		auth_forget(cfg->bearer);
@@ -127,7 +130,7 @@ credentials_load(RelayEndpoint *ep, AuthConfig *cfg, MemoryContext parent)
 	a->cfg.sasl_mechanism = copy_in(cxt, cfg->sasl_mechanism);
 	if (a->cfg.bearer != NULL)
 		a->header = bearer_line(cxt, a->cfg.bearer);
-	ep->auth = a;
+	ep->dest.auth = a;
 }
 
 /*
@@ -137,7 +140,7 @@ credentials_load(RelayEndpoint *ep, AuthConfig *cfg, MemoryContext parent)
 void
 credentials_free(RelayEndpoint *ep)
 {
-	EndpointAuth *a = ep->auth;
+	EndpointAuth *a = ep->dest.auth;
 
 	if (a == NULL)
 		return;
@@ -149,14 +152,7 @@ credentials_free(RelayEndpoint *ep)
 	auth_forget(a->old_token);
 	auth_forget(a->header);
 	MemoryContextDelete(a->cxt);
-	ep->auth = NULL;
-}
-
-/* Does the endpoint's auth set Authorization (bearer, oauth2)? */
-bool
-credentials_set_authorization(const RelayEndpoint *ep)
-{
-	return ep->auth != NULL && (ep->auth->cfg.bearer != NULL || ep->auth->cfg.token_url != NULL);
+	ep->dest.auth = NULL;
 }
 
 /*
@@ -167,7 +163,7 @@ credentials_set_authorization(const RelayEndpoint *ep)
 bool
 credentials_fetching(const RelayEndpoint *ep)
 {
-	return ep->auth != NULL && ep->auth->fetch != 0;
+	return ep->dest.auth != NULL && ep->dest.auth->fetch != 0;
 }
 
 /* A header list with line appended; on failure it is freed, and an error. */
@@ -191,7 +187,7 @@ append_line(struct curl_slist *h, const char *line)
 static void
 start_fetch(RelayEndpoint *ep, TimestampTz now)
 {
-	EndpointAuth *a = ep->auth;
+	EndpointAuth *a = ep->dest.auth;
 	TokenFetch *f;
 	struct curl_slist *h = NULL;
 	char	   *basic;
@@ -221,9 +217,9 @@ start_fetch(RelayEndpoint *ep, TimestampTz now)
 	f->req.body = f->body;
 	f->req.body_len = strlen(f->body);
 	f->req.headers = h;
-	f->req.timeout_ms = ep->timeout_ms;
+	f->req.timeout_ms = ep->dest.timeout_ms;
 	f->req.owner = f;
-	f->req.token_request = true;
+	f->req.done = fetch_done;
 	f->req.whole_body = f->answer;
 	f->req.whole_size = OUTBOX_TOKEN_RESPONSE_MAX;
 	a->fetch = f->number;
@@ -240,7 +236,7 @@ start_fetch(RelayEndpoint *ep, TimestampTz now)
 CredentialState
 credentials_state(RelayEndpoint *ep)
 {
-	EndpointAuth *a = ep->auth;
+	EndpointAuth *a = ep->dest.auth;
 	TimestampTz now;
 
 	if (a == NULL || a->cfg.token_url == NULL)
@@ -320,15 +316,16 @@ credentials_next_answered(void)
  * A token request finished: keep its token, or note why it failed (unless
  * the endpoint's auth changed meanwhile), and note the endpoint, if it is
  * still there, as one whose deliveries may go again
- * (credentials_next_answered).  The request is freed.
+ * (credentials_next_answered).  The request is freed.  Called by the
+ * webhook target as it takes the request from http.c (HttpRequest.done).
  */
-void
-credentials_fetch_done(HttpRequest *req)
+static void
+fetch_done(HttpRequest *req)
 {
 	TokenFetch *f = (TokenFetch *) req->owner;
 	RelayEndpoint *ep = hash_search(endpoint_table, &f->endpoint_id, HASH_FIND, NULL);
 	RelayEndpoint *found = ep;
-	EndpointAuth *a = ep != NULL ? ep->auth : NULL;
+	EndpointAuth *a = ep != NULL ? ep->dest.auth : NULL;
 	char		why[CURL_ERROR_SIZE];
 	char	   *token;
 	double		expires_in;
@@ -392,35 +389,11 @@ credentials_fetch_done(HttpRequest *req)
 void
 credentials_refused(RelayEndpoint *ep, uint32 generation)
 {
-	EndpointAuth *a = ep->auth;
+	EndpointAuth *a = ep->dest.auth;
 
 	if (a == NULL || a->cfg.token_url == NULL || a->token == NULL || a->generation != generation)
 		return;
 	a->expires_at = 0;
 	ereport(DEBUG1,
 			(errmsg("outbox endpoint \"%s\" refused its OAuth2 token; a new one is fetched", ep->name)));
-}
-
-/*
- * The secrets a receiver's answer must not bring into the attempt log:
- * the bearer token, the OAuth2 tokens (now and before) and the client
- * secret.  Returns how many it put into values (at most 4).
- */
-int
-credentials_secrets(const RelayEndpoint *ep, const char **values)
-{
-	const EndpointAuth *a = ep->auth;
-	int			n = 0;
-
-	if (a == NULL)
-		return 0;
-	if (a->cfg.bearer != NULL)
-		values[n++] = a->cfg.bearer;
-	if (a->cfg.client_secret != NULL)
-		values[n++] = a->cfg.client_secret;
-	if (a->token != NULL)
-		values[n++] = a->token;
-	if (a->old_token != NULL)
-		values[n++] = a->old_token;
-	return n;
 }

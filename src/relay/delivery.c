@@ -6,7 +6,8 @@
  *	  of the events read for one endpoint, their bodies made in its
  *	  format; and settling a delivery, sent or not (delivery_settle,
  *	  delivery_defer, delivery_expire), which keeps its batch's and its
- *	  stream page's counts.  Which deliveries wait is read.c's to decide.
+ *	  stream page's counts; and the request a delivery's attempt is to its
+ *	  target (delivery_request).  Which deliveries wait is read.c's to decide.
  *	  Needs no transaction.
  *
  *-------------------------------------------------------------------------
@@ -92,7 +93,7 @@ delivery_batch_of_events(RelayEndpoint *ep, bool is_page, EventRows *rows, Memor
 		Delivery   *d = &b->d[i];
 
 		delivery_of_event(d, b, e);
-		d->body = delivery_event_body(e, ep->format);
+		d->body = delivery_event_body(e, ep->dest.format);
 		pfree(e->data);
 		d->already = rows->delivered[i];
 	}
@@ -161,4 +162,29 @@ delivery_expire(Delivery *d)
 	d->next_at = 0;
 	d->attempt = Max(d->attempt, 1);
 	delivery_settle(d, OUTCOME_KIND_EXPIRED);
+}
+
+/*
+ * The request of a delivery's attempt, as its target is handed it, its
+ * result zeroed: what the target needs of the delivery, and its endpoint's
+ * TargetEndpoint.  Its strings are the delivery's.
+ */
+TargetRequest *
+delivery_request(Delivery *d)
+{
+	TargetRequest *req = &d->req;
+
+	memset(req, 0, sizeof(*req));
+	req->endpoint = &d->batch->ep->dest;
+	req->event_id = d->event_id;
+	outbox_uuid_text(&d->event_id, req->event_id_str);
+	req->type = d->type;
+	req->key = d->key;
+	req->body = d->body;
+	req->event_headers = d->event_headers;
+	req->n_event_headers = d->n_event_headers;
+	req->emitted_at = d->emitted_at;
+	memset(&d->result, 0, sizeof(d->result));
+	req->result = &d->result;
+	return req;
 }

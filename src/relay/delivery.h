@@ -16,9 +16,8 @@
 #include "lib/pairingheap.h"
 #include "utils/uuid.h"
 
-#include "targets/format.h"
 #include "relay/policy.h"
-#include "targets/sign.h"
+#include "targets/format.h"
 #include "targets/target.h"
 
 /* Where a detached endpoint's row moves with its detach (detach_past). */
@@ -50,15 +49,10 @@ typedef struct RelayEndpoint
 	int			routed;			/* scratch of route_page(): its deliveries */
 	struct Batch *part;			/* scratch of route_page(): its part */
 	char	   *name;
-	char	   *url;
 	TargetKind	target;			/* where its deliveries go: by URL scheme */
-	char	   *headers;		/* "name: value\n" lines, endpoint's own */
-	OutboxFormat format;		/* what its requests look like */
-	uint8		key[OUTBOX_KEY_MAX];
-	int			keylen;
-	uint8		old_key[OUTBOX_KEY_MAX];
-	int			old_keylen;		/* 0: no rotation under way */
-	long		timeout_ms;
+	TargetEndpoint dest;		/* what its target knows of it: its URL,
+								 * headers, signing keys and client
+								 * authentication (credentials.c) */
 	int			max_attempts;
 	bool		ordered;
 	int64		max_age_ms;		/* events older go unsent (expired); 0: none */
@@ -97,8 +91,6 @@ typedef struct RelayEndpoint
 	dlist_node	ready_node;
 	int			shown_at;		/* 1 + its entry in the shared table of
 								 * requests in flight (shmem.c), 0: none */
-	struct EndpointAuth *auth;	/* client authentication (credentials.h),
-								 * or NULL */
 	/* its rate limit and a receiver's pause (limit.c) */
 	double		rate_limit;		/* requests a second; 0: none */
 	double		tokens;			/* in its bucket, as of tokens_at */
@@ -126,7 +118,6 @@ typedef struct Delivery
 								 * delivery of this key in the batch, or -1 */
 	int64		id;
 	pg_uuid_t	event_id;
-	char		event_id_str[UUID_LEN * 2 + 5];
 	int			attempt;		/* this attempt's number, 1-based */
 	bool		deferred;		/* not sent now: deliver_at is later, or an
 								 * earlier event of its key is still owed */
@@ -147,13 +138,13 @@ typedef struct Delivery
 	int			n_event_headers;
 	OutcomeKind outcome;
 	TimestampTz next_at;
-	uint32		auth_generation;	/* of the OAuth2 token it was sent with */
-	TargetResult result;		/* of its attempt: target_submit() to
-								 * target_next_done() */
+	TargetRequest req;			/* its attempt, as its target has it:
+								 * delivery_request() to target_next_done() */
+	TargetResult result;		/* of its attempt (req.result points here) */
 	bool		took_slot;		/* its attempt holds one of the relay's slots */
 	/* and counts as fresh until the relay waited this long (pump.c) */
 	bool		fresh;
-	int64		fresh_until;	/* in http_blocked_us() */
+	int64		fresh_until;	/* in wait_blocked_us() */
 	TimestampTz fresh_by;		/* or by the clock */
 	dlist_node	fresh_node;
 } Delivery;
@@ -272,6 +263,14 @@ extern void delivery_free_events(EventRows *rows);
 extern void delivery_settle(Delivery *d, OutcomeKind outcome);
 extern void delivery_defer(Delivery *d, TimestampTz next_at);
 extern void delivery_expire(Delivery *d);
+extern TargetRequest *delivery_request(Delivery *d);
+
+/* The delivery whose attempt req is (target_next_done). */
+static inline Delivery *
+delivery_of_request(TargetRequest *req)
+{
+	return (Delivery *) ((char *) req - offsetof(Delivery, req));
+}
 
 /*
  * Was a finished delivery sent?  Not when deferred, answered before a

@@ -4,8 +4,8 @@
  *	  The relay's endpoint table: a RelayEndpoint (delivery.h) per
  *	  endpoint id, made and refreshed from outbox.endpoints.
  *
- * The relay's state owns the table (a hash table in its memory, endpoints_create)
- * and asks for a load in a read step when the endpoints changed or have
+ * The relay's state owns the table (a hash table in its memory,
+ * endpoints_create) and asks for a load in a read step when the endpoints changed or have
  * not been loaded for a while (endpoints_load).  A load takes each row's
  * settings, keys, rate limit (limit.c) and client credentials
  * (credentials.c) over into its entry and leaves alone what the relay
@@ -48,8 +48,8 @@ static void
 free_endpoint_strings(RelayEndpoint *ep)
 {
 	pfree(ep->name);
-	pfree(ep->url);
-	pfree(ep->headers);
+	pfree(ep->dest.url);
+	pfree(ep->dest.headers);
 	for (int i = 0; i < ep->npatterns; i++)
 		pfree(ep->patterns[i]);
 	if (ep->patterns)
@@ -123,9 +123,10 @@ endpoints_load(HTAB *endpoints, MemoryContext cxt)
 		else
 			free_endpoint_strings(ep);
 		ep->name = row->name;
-		ep->url = row->url;
-		ep->target = target_of_url(ep->url);
-		ep->headers = row->headers;
+		ep->dest.id = ep->id;
+		ep->dest.url = row->url;
+		ep->target = target_of_url(ep->dest.url);
+		ep->dest.headers = row->headers;
 		ep->patterns = row->patterns;
 		ep->npatterns = row->npatterns;
 		/*
@@ -134,7 +135,7 @@ endpoints_load(HTAB *endpoints, MemoryContext cxt)
 		 */
 		if (!found || !ep->detach)
 			ep->follows = row->follows;
-		ep->timeout_ms = row->timeout_ms;
+		ep->dest.timeout_ms = row->timeout_ms;
 		ep->max_attempts = row->max_attempts;
 		ep->ordered = row->ordered;
 		ep->active = row->active;
@@ -142,8 +143,8 @@ endpoints_load(HTAB *endpoints, MemoryContext cxt)
 
 		if (row->key_ok)
 		{
-			memcpy(ep->key, row->key, row->keylen);
-			ep->keylen = row->keylen;
+			memcpy(ep->dest.key, row->key, row->keylen);
+			ep->dest.keylen = row->keylen;
 		}
 		else
 		{
@@ -152,8 +153,8 @@ endpoints_load(HTAB *endpoints, MemoryContext cxt)
 							ep->name)));
 			ep->active = false;
 		}
-		memcpy(ep->old_key, row->old_key, row->old_keylen);
-		ep->old_keylen = row->old_keylen;
+		memcpy(ep->dest.old_key, row->old_key, row->old_keylen);
+		ep->dest.old_keylen = row->old_keylen;
 		ep->max_in_flight = row->max_in_flight;
 		ep->max_age_ms = row->max_age_ms;
 		limit_set_rate(ep, row->rate_limit, now);
@@ -162,7 +163,7 @@ endpoints_load(HTAB *endpoints, MemoryContext cxt)
 			limit_unpause(ep, now);
 		ep->changed_at = row->changed_at;
 		if (row->format_ok)
-			ep->format = row->format;
+			ep->dest.format = row->format;
 		else
 		{
 			/* (endpoints_format_check: cannot happen) */

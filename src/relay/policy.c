@@ -8,11 +8,10 @@
  *	  text it is given: this file links with libcurl but uses none of its
  *	  state.
  *
- * The rules follow the Standard Webhooks spec: 2xx is success; 3xx is a
- * failure (redirects are not followed); 408, 425, 429, 5xx and transport
- * errors are retried; 410 disables the endpoint; other 4xx are permanent.
- * A receiver may also answer "webhook-delivery: abort-message" (dead
- * letter now) or "disable".
+ * A target says whether an attempt delivered, is to be tried again or is a
+ * dead letter (target.h); the webhook target reads a receiver's answer by
+ * the Standard Webhooks rules (webhook.c).  The relay adds one rule of its
+ * own: a 410, or "webhook-delivery: disable", disables the endpoint.
  *
  * An event's deadline is the earlier of its expires_at and its emit time
  * plus its endpoint's max_age; from then on it is not sent, nor retried,
@@ -28,28 +27,25 @@
 
 #include "relay/policy.h"
 
+/*
+ * What the relay does with a target's outcome.  The target's word stands,
+ * with one addition: a receiver that answered 410, or "webhook-delivery:
+ * disable" without a 2xx, has its endpoint disabled (and the event
+ * retried later).  The webhook target reads an answer as the rules above
+ * say (webhook.c, answer_outcome).
+ */
 Outcome
-policy_classify(long status, bool transport_error, const char *delivery_header)
+policy_classify(TargetOutcome outcome, long status, const char *delivery_header)
 {
-	/* A 2xx is delivered whatever else it says (see policy_wants_disable). */
-	if (!transport_error && status >= 200 && status < 300)
+	if (outcome == TARGET_DELIVERED)
 		return OUTCOME_DELIVERED;
-	if (delivery_header != NULL)
-	{
-		if (pg_strcasecmp(delivery_header, "abort-message") == 0)
-			return OUTCOME_DEAD;
-		if (pg_strcasecmp(delivery_header, "disable") == 0)
-			return OUTCOME_DISABLE;
-	}
-	if (transport_error)
-		return OUTCOME_RETRY;
+	if (outcome == TARGET_DEAD_LETTER)
+		return OUTCOME_DEAD;
+	if (delivery_header != NULL && pg_strcasecmp(delivery_header, "disable") == 0)
+		return OUTCOME_DISABLE;
 	if (status == 410)
 		return OUTCOME_DISABLE;
-	if (status == 408 || status == 425 || status == 429)
-		return OUTCOME_RETRY;
-	if (status >= 400 && status < 500)
-		return OUTCOME_DEAD;
-	return OUTCOME_RETRY;		/* 1xx left over, 3xx, 5xx, nonsense */
+	return OUTCOME_RETRY;
 }
 
 /*

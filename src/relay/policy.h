@@ -1,8 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * policy.h
- *	  What a response means and when to try again: functions of their
- *	  arguments alone (see policy.c).
+ *	  What an attempt's outcome means and when to try again: functions of
+ *	  their arguments alone (see policy.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -10,6 +10,8 @@
 #define OUTBOX_POLICY_H
 
 #include "datatype/timestamp.h"
+
+#include "targets/outcome.h"
 
 typedef enum Outcome
 {
@@ -44,7 +46,7 @@ typedef struct RetrySchedule
 	double		delay_secs[OUTBOX_MAX_SCHEDULE];
 } RetrySchedule;
 
-extern Outcome policy_classify(long status, bool transport_error, const char *delivery_header);
+extern Outcome policy_classify(TargetOutcome outcome, long status, const char *delivery_header);
 extern bool policy_parse_schedule(const char *text, RetrySchedule *schedule);
 extern double policy_backoff(const RetrySchedule *schedule, int attempt,
 							 long status, double retry_after, double jitter);

@@ -15,8 +15,10 @@
  * endpoint's own counts are in its RelayEndpoint (delivery.h).  An endpoint
  * held by its rate limit or paused by a Retry-After stops following the
  * stream: pump_run() and pump_collect() return such endpoints, and the
- * relay detaches them (relay_detach, state.c).  Runs in the relay's loop with no
- * transaction open: nothing here touches SQL.
+ * relay detaches them (relay_detach, state.c) once the call returns; until
+ * then a paused endpoint's part still counts toward its stream page's
+ * answers.  Runs in the relay's loop with no transaction open: nothing
+ * here touches SQL.
  *
  *-------------------------------------------------------------------------
  */
@@ -35,6 +37,7 @@
 #include "relay/pump.h"
 #include "shmem.h"
 #include "targets/target.h"
+#include "targets/wait.h"
 
 /* Failing deliveries are reported at most this often per endpoint. */
 #define WARNING_INTERVAL_MS	60000
@@ -106,7 +109,7 @@ static int	busy_endpoints = 0;
  * Fresh requests (DESIGN.md, The relay loop).  Of the requests that take
  * slots, at most FRESH_MAX per sending process are fresh at once: sent
  * since the relay last spent FRESH_WAIT_US blocked, waiting for answers
- * (http_blocked_us), and less than FRESH_WALL_MS ago.  A
+ * (wait_blocked_us), and less than FRESH_WALL_MS ago.  A
  * relay at a full core with answers coming at once hardly waits, so its
  * requests stay fresh until answered, and it keeps about FRESH_MAX in
  * flight: more would cost each request more and gain nothing (bench case
@@ -154,7 +157,7 @@ fresh_max(void)
 static void
 age_fresh(void)
 {
-	int64		blocked = http_blocked_us();
+	int64		blocked = wait_blocked_us();
 	TimestampTz now = GetCurrentTimestamp();
 
 	while (!dlist_is_empty(&fresh))
@@ -280,9 +283,7 @@ submit(Delivery *d)
 	RelayEndpoint *ep = d->batch->ep;
 	TimestampTz now;
 
-	outbox_uuid_text(&d->event_id, d->event_id_str);
-	memset(&d->result, 0, sizeof(d->result));
-	target_submit(d, ep->target, slots_taken);
+	target_submit(delivery_request(d), ep->target, slots_taken);
 	now = GetCurrentTimestamp();	/* sent: its clocks start */
 	ep->in_flight++;
 	in_flight++;
@@ -292,7 +293,7 @@ submit(Delivery *d)
 	if (counts_fresh(ep))
 	{
 		d->fresh = true;
-		d->fresh_until = http_blocked_us() + FRESH_WAIT_US;
+		d->fresh_until = wait_blocked_us() + FRESH_WAIT_US;
 		d->fresh_by = now + FRESH_WALL_MS * INT64CONST(1000);
 		dlist_push_tail(&fresh, &d->fresh_node);
 		n_fresh++;
@@ -379,7 +380,7 @@ pump_batch(Batch *b, int limit, int slots, TimestampTz now)
 					b->next_submit = i;
 				return PUMP_NO_TOKEN;
 			case CREDENTIALS_FAILED:
-				fail_unsent(d, b->ep->auth->failure);
+				fail_unsent(d, b->ep->dest.auth->failure);
 				continue;
 		}
 		if ((target_takes_slot(b->ep->target) && out_of_slots(slots, b->ep)) ||
@@ -525,7 +526,7 @@ warn_failure(RelayEndpoint *ep, const TargetResult *res)
 	if (ep->last_warning != 0 &&
 		!TimestampDifferenceExceeds(ep->last_warning, now, WARNING_INTERVAL_MS))
 		return;
-	if (res->transport_error || res->rejected)
+	if (res->status == 0)
 		ereport(WARNING,
 				(errmsg("outbox deliveries to endpoint \"%s\" are failing", ep->name),
 				 errdetail("%d failed since the last report; the latest: %s.",
@@ -552,9 +553,7 @@ conclude(Delivery *d, const TargetResult *res)
 	bool		retry_class;
 	double		retry_after;
 
-	o = res->rejected ? OUTCOME_DEAD :
-		policy_classify(res->status, res->transport_error,
-						res->delivery[0] ? res->delivery : NULL);
+	o = policy_classify(res->outcome, res->status, res->delivery[0] ? res->delivery : NULL);
 	d->next_at = 0;
 	if (policy_wants_disable(o, res->delivery[0] ? res->delivery : NULL))
 		b->disable_reason = res->status == 410 ? "410 Gone" :
@@ -565,17 +564,17 @@ conclude(Delivery *d, const TargetResult *res)
 	 * fetches another), and the event retried, not dead-lettered, unless
 	 * the receiver said abort-message.
 	 */
-	if (res->status == 401 && !res->transport_error && b->ep->auth != NULL &&
-		b->ep->auth->cfg.token_url != NULL)
+	if (res->status == 401 && b->ep->dest.auth != NULL &&
+		b->ep->dest.auth->cfg.token_url != NULL)
 	{
-		credentials_refused(b->ep, d->auth_generation);
+		credentials_refused(b->ep, d->req.auth_generation);
 		if (o == OUTCOME_DEAD &&
 			!(res->delivery[0] && pg_strcasecmp(res->delivery, "abort-message") == 0))
 			o = OUTCOME_RETRY;
 	}
 	if (o == OUTCOME_RETRY && d->attempt >= b->ep->max_attempts)
 		o = OUTCOME_DEAD;
-	retry_after = res->transport_error ? 0 :
+	retry_after = res->status == 0 ? 0 :
 		policy_retry_after(res->retry_after, (double) time(NULL));
 	if (o == OUTCOME_RETRY || o == OUTCOME_DISABLE)
 	{
@@ -640,7 +639,7 @@ fail_unsent(Delivery *d, const char *why)
 	TargetResult *res = &d->result;
 
 	memset(res, 0, sizeof(*res));
-	res->transport_error = true;
+	res->outcome = TARGET_RETRY;
 	strlcpy(res->error, why, sizeof(res->error));
 	conclude(d, res);
 }
@@ -654,11 +653,12 @@ fail_unsent(Delivery *d, const char *why)
 List *
 pump_collect(void)
 {
-	Delivery   *d;
+	TargetRequest *req;
 	RelayEndpoint *ep;
 
-	while ((d = target_next_done()) != NULL)
+	while ((req = target_next_done()) != NULL)
 	{
+		Delivery   *d = delivery_of_request(req);
 		Batch	   *b = d->batch;
 
 		ep = b->ep;
@@ -671,6 +671,9 @@ pump_collect(void)
 				b->stream->slow_answers++;
 		}
 		conclude(d, &d->result);
+		/* The attempt log keeps an acknowledgement without HTTP as 200. */
+		if (d->result.outcome == TARGET_DELIVERED && d->result.status == 0)
+			d->result.status = 200;
 		ep->in_flight--;
 		in_flight--;
 		if (d->took_slot)
@@ -715,7 +718,7 @@ pump_ms_to_age(void)
 	if (n_fresh < fresh_max() || dlist_is_empty(&ready))
 		return -1;
 	d = dlist_head_element(Delivery, fresh_node, &fresh);
-	return Max(0, Min((d->fresh_until - http_blocked_us() + 999) / 1000,
+	return Max(0, Min((d->fresh_until - wait_blocked_us() + 999) / 1000,
 					  TimestampDifferenceMilliseconds(GetCurrentTimestamp(), d->fresh_by) + 1));
 }
 

@@ -313,7 +313,7 @@ route_fill_parts(RelayState *rs, StreamPage *p, Routing *r)
 			Assert(b != NULL);
 			d = &b->d[b->n++];
 			delivery_of_event(d, b, e);
-			d->body = stream_body(p, e, b->ep->format);
+			d->body = stream_body(p, e, b->ep->dest.format);
 			r->verify_some |= b->ep->verify_page;
 			first_attempt(d, false, r->now);
 			if (rs->stream_verify || b->ep->verify_page || (b->ep->ordered && e->key != NULL))
@@ -407,7 +407,7 @@ failing(const RelayEndpoint *ep)
 {
 	return ep->retry_failures > 0 &&
 		!TimestampDifferenceExceeds(ep->failed_at, GetCurrentTimestamp(),
-									ep->timeout_ms + 1000);
+									ep->dest.timeout_ms + 1000);
 }
 
 /*
@@ -573,10 +573,11 @@ relay_read_ahead(RelayState *rs)
 
 /*
  * How many new events an endpoint reading on its own reads at once.  One
- * failing without pause gets one per outbox.poll_interval to probe it, besides its
- * due retries: its backlog waits at its position instead of costing the
- * other endpoints the relay's time.  One whose cap is cut (pump_endpoint_cap:
- * it failed, or lagged behind the stream) reads twice its cap: a read
+ * failing without pause gets one per outbox.poll_interval to probe it,
+ * besides its due retries: its backlog waits at its position instead of
+ * costing the other endpoints the relay's time.  One whose cap is cut
+ * (pump_endpoint_cap: it failed, or lagged behind the stream) reads twice
+ * its cap: a read
  * walks the ids until it has its events, and an endpoint whose types are
  * rare walks far for a full page it could not send for minutes (bench
  * case 12: 100 endpoints that never answer, a 20 ms walk each when their
@@ -759,8 +760,9 @@ read_due_retries(RelayState *rs, List *due)
 }
 
 /*
- * The reading step of relay_read_round: the stream's next page, routed, and what
- * each endpoint that reads on its own is owed, into the unconfirmed list.
+ * The reading step of relay_read_round: the stream's next page, routed,
+ * and what each endpoint that reads on its own is owed, into the
+ * unconfirmed list.
  * A full round first loads the endpoints again if they changed.  An
  * endpoint's requests to read again at once are taken as it reads.
  */

@@ -546,10 +546,14 @@ relay_record_round(RelayState *rs)
 
 	rs->last_record_at = now;
 	result = relay_run_step(rs, "outbox: recording outcomes", record_step, &r);
+	if (result == STEP_ABSENT)
+		return;
 	if (result == STEP_FAILED)
+	{
 		record_failed(rs, &r, now);
-	else if (result != STEP_ABSENT)
-		record_done(rs, &r, now);
+		return;
+	}
+	record_done(rs, &r, now);
 	ereport(DEBUG1,
 			(errmsg("outbox recorded %d batches", r.nbatches)));
 }

@@ -18,7 +18,7 @@
  * results the other.  Neither side ever blocks on a queue: what does not
  * fit waits in a list and goes when the other side has read.  A queue
  * write sets the reader's latch, so both sleep in their usual wait on the
- * latch and libcurl's sockets (http_wait).
+ * latch and libcurl's sockets (wait.c).
  *
  * A sender that exits (or could not be started, or is stuck: no answer
  * SENDER_GRACE_MS past a request's timeout) fails its requests in flight
@@ -47,6 +47,8 @@
 #include "guc.h"
 #include "targets/http.h"
 #include "relay/sender.h"
+#include "targets/wait.h"
+#include "targets/webhook.h"
 
 /* Each queue, per sender and direction. */
 #define QUEUE_SIZE			(256 * 1024)
@@ -222,9 +224,19 @@ launch(Sender *s)
 	s->refused = false;
 }
 
+static bool senders_submit(HttpRequest *req, int in_flight);
+static HttpRequest *senders_next_done(void);
+
+/* What the webhook target hands its requests to (webhook.h). */
+static const WebhookSenders relay_senders = {
+	.submit = senders_submit,
+	.next_done = senders_next_done,
+};
+
 /*
- * Start outbox.senders sender processes for this relay.  Without any,
- * every request is sent by the relay itself.
+ * Start outbox.senders sender processes for this relay, and have the
+ * webhook target hand them its requests.  Without any, every request is
+ * sent by the relay itself.
  */
 void
 senders_start(const char *dbname)
@@ -244,6 +256,7 @@ senders_start(const char *dbname)
 		dlist_init(&senders[i].waiting);
 		launch(&senders[i]);
 	}
+	webhook_use_senders(&relay_senders);
 }
 
 /*
@@ -325,7 +338,7 @@ revive(void)
  * false, and the caller sends it.  As with http_submit(), the header list
  * is ours from here on.
  */
-bool
+static bool
 senders_submit(HttpRequest *req, int in_flight)
 {
 	Sender	   *best = NULL;
@@ -480,7 +493,7 @@ poll_senders(void)
 }
 
 /* The next request a sender finished (or lost), or NULL. */
-HttpRequest *
+static HttpRequest *
 senders_next_done(void)
 {
 	if (n_senders == 0)
@@ -674,6 +687,6 @@ outbox_sender_main(Datum arg)
 			proc_exit(0);
 
 		/* The relay's writes and reads set our latch. */
-		(void) http_wait(1000);
+		(void) wait_sleep(1000);
 	}
 }

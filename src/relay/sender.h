@@ -13,8 +13,6 @@
 
 /* The relay's side. */
 extern void senders_start(const char *dbname);
-extern bool senders_submit(HttpRequest *req, int local_in_flight);
-extern HttpRequest *senders_next_done(void);
 
 /* The sender process. */
 extern PGDLLEXPORT void outbox_sender_main(Datum arg);

@@ -124,6 +124,8 @@ relay_run_step(RelayState *rs, const char *activity, StepFunc step, void *arg)
 		commit_tx();
 		result = r;
 		report_idle();
+		/* (the commit left TopMemoryContext current) */
+		MemoryContextSwitchTo(cxt);
 	}
 	PG_CATCH();
 	{

@@ -11,8 +11,8 @@
  * outbox--1.6.sql).  Columns are found by name, once per result.  Results
  * are copied, as plain rows, into memory the caller names, since SPI's
  * memory ends with SPI_finish(); what follows from them (the endpoint
- * table, batches, what is deferred or verified) is the relay's (read.c, record.c) and
- * endpoints.c's.
+ * table, batches, what is deferred or verified) is the relay's (read.c,
+ * record.c) and endpoints.c's.
  *
  *-------------------------------------------------------------------------
  */

@@ -5,8 +5,9 @@
  *	  endpoints follow it, how many events a page of it holds and an
  *	  endpoint's share of one, and which parts of the page in flight hold
  *	  the other followers back (the laggards, which stop following).  The
- *	  relay reads, routes (read.c) and records (record.c) the pages.  Called in the
- *	  relay's process only; nothing here needs a transaction.
+ *	  relay reads, routes (read.c) and records (record.c) the pages.
+ *	  Called in the relay's process only; nothing here needs a
+ *	  transaction.
  *
  *-------------------------------------------------------------------------
  */
@@ -383,8 +384,8 @@ stream_detach_laggards(StreamPage *p, dlist_head *active, TimestampTz now)
 
 /*
  * Have the relay look at the stream's page again without waiting: a part
- * left it (relay_detach, state.c), and the quarter left, the hold or the others'
- * time may have changed with it.
+ * left it (relay_detach, state.c), and the quarter left, the hold or the
+ * others' time may have changed with it.
  */
 void
 stream_look_now(void)

@@ -17,10 +17,9 @@
 
 /*
  * Once at most a quarter of a page's parts are left, a part is a laggard
- * sooner: after twice as long as the others took, this at least.  With a
- * floor of 200 ms, bench case 12's first two pages, each with parts to
- * endpoints that never answer, held the 900 others back about 0.45 s in
- * all, a sixth of their run.  An endpoint that answers, but later than
+ * sooner: after twice as long as the others took, this at least: low
+ * enough that parts to endpoints that never answer do not hold the others
+ * back for long (bench case 12).  An endpoint that answers, but later than
  * this, is detached before its first answer; its answers' time then keeps
  * it while they stay about as long (it is the last one's, and starts at 0
  * in each relay).  Every follower waits for each page held back.  The

@@ -547,3 +547,33 @@ auth_oauth_error(char *body, size_t len, char *out, size_t out_len)
 		out[n++] = ((unsigned char) *c >= 0x20 && (unsigned char) *c < 0x7f) ? *c : '?';
 	out[n] = '\0';
 }
+
+/* Does the auth set Authorization (bearer, oauth2)?  False for NULL. */
+bool
+auth_sets_authorization(const EndpointAuth *a)
+{
+	return a != NULL && (a->cfg.bearer != NULL || a->cfg.token_url != NULL);
+}
+
+/*
+ * The secrets a receiver's answer must not bring into the attempt log:
+ * the bearer token, the OAuth2 tokens (now and before) and the client
+ * secret.  Returns how many it put into values (at most 4); 0 for NULL.
+ */
+int
+auth_secrets(const EndpointAuth *a, const char **values)
+{
+	int			n = 0;
+
+	if (a == NULL)
+		return 0;
+	if (a->cfg.bearer != NULL)
+		values[n++] = a->cfg.bearer;
+	if (a->cfg.client_secret != NULL)
+		values[n++] = a->cfg.client_secret;
+	if (a->token != NULL)
+		values[n++] = a->token;
+	if (a->old_token != NULL)
+		values[n++] = a->old_token;
+	return n;
+}

@@ -10,6 +10,9 @@
 #ifndef OUTBOX_AUTH_H
 #define OUTBOX_AUTH_H
 
+#include <curl/curl.h>
+
+#include "datatype/timestamp.h"
 #include "utils/jsonb.h"
 
 /* Bounds of the values, and of a token response kept whole. */
@@ -41,6 +44,26 @@ typedef struct AuthConfig
 	char	   *sasl_mechanism;	/* PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 */
 } AuthConfig;
 
+/*
+ * An endpoint's client authentication as it is applied, in a memory
+ * context of its own: the relay keeps it (relay/credentials.c fetches its
+ * OAuth2 tokens), targets read it.
+ */
+typedef struct EndpointAuth
+{
+	MemoryContext cxt;			/* holds this and its strings */
+	AuthConfig	cfg;
+	char	   *header;			/* "Authorization: Bearer ..." now, or NULL */
+	/* OAuth2 */
+	char	   *token;			/* the access token now, or NULL */
+	char	   *old_token;		/* the one before, still redacted */
+	TimestampTz expires_at;		/* when the token is fetched again */
+	uint32		generation;		/* of the token: which one a request had */
+	uint64		fetch;			/* the fetch in flight, by number; 0: none */
+	TimestampTz failed_at;		/* the last fetch failed then; 0: it did not */
+	char		failure[CURL_ERROR_SIZE];	/* and why, for the attempt log */
+} EndpointAuth;
+
 /* What auth objects are, for errors. */
 #define OUTBOX_AUTH_FORMS \
 	"auth is {\"bearer\": token}, {\"client_cert\": path, \"client_key\": path}, " \
@@ -60,5 +83,7 @@ extern char *auth_basic_header(const AuthConfig *a);
 extern bool auth_token_response(char *body, size_t len, char **token,
 								double *expires_in, char *why, size_t why_len);
 extern void auth_oauth_error(char *body, size_t len, char *out, size_t out_len);
+extern bool auth_sets_authorization(const EndpointAuth *a);
+extern int	auth_secrets(const EndpointAuth *a, const char **values);
 
 #endif							/* OUTBOX_AUTH_H */

@@ -34,11 +34,11 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
-#include "compat.h"
 #include "targets/address.h"
 #include "guc.h"
 #include "targets/http.h"
 #include "targets/http1.h"
+#include "targets/wait.h"
 
 /*
  * The URL as messages may show it: what stands between the scheme and the
@@ -187,32 +187,28 @@ static uint32 next_generation = 0;
 #define HTTP1_TAG	PG_UINT32_MAX
 static dlist_head in_flight = DLIST_STATIC_INIT(in_flight);
 
+static bool http_watch(pgsocket fd, uint32 events);
+static void http_forget(pgsocket fd);
+static void http_connect(HttpRequest *req, const char *connect_url);
+static void http_send(HttpRequest *req);
+
+/* What http1.c asks of this side (http1.h). */
+static const Http1Host http1_host = {
+	.connect = http_connect,
+	.send = http_send,
+	.watch = http_watch,
+	.forget = http_forget,
+};
+
 /*
  * The sockets libcurl wants watched (socket callback) and when it wants to
- * be called back regardless (timer callback), per pool.  The relay sleeps
- * in one WaitEventSet on its latch and on these.
+ * be called back regardless (timer callback), per pool, are in the
+ * process's one wait (wait.c).
  *
  * On Linux the sockets live in an epoll set of our own, which sits in the
- * WaitEventSet as a single socket: a change costs one epoll_ctl, and the
- * WaitEventSet is built once.  Elsewhere the WaitEventSet is rebuilt from
- * the list of watched sockets whenever it changed.
+ * wait as a single socket: a change costs one epoll_ctl, and the wait's
+ * set is built once.  Elsewhere each socket is in the wait on its own.
  */
-static WaitEventSet *wait_set = NULL;
-
-/* Other targets' sockets the wait watches for reading (http_wait_also). */
-#define WAIT_ALSO_MAX	4
-static pgsocket also_watched[WAIT_ALSO_MAX];
-static int	n_also_watched = 0;
-
-/* Is fd one of those? */
-static bool
-is_also_watched(pgsocket fd)
-{
-	for (int i = 0; i < n_also_watched; i++)
-		if (also_watched[i] == fd)
-			return true;
-	return false;
-}
 
 static pg_attribute_unused() HttpPool *
 pool_by_generation(uint32 generation)
@@ -354,7 +350,7 @@ watch_drop(WatchState *s, curl_socket_t fd)
 }
 
 /* http1.c watches one of its sockets for events (EPOLLIN or EPOLLOUT). */
-bool
+static bool
 http_watch(pgsocket fd, uint32 events)
 {
 	WatchState *s = watch_state(fd);
@@ -368,7 +364,7 @@ http_watch(pgsocket fd, uint32 events)
 }
 
 /* http1.c is about to close one of its sockets. */
-void
+static void
 http_forget(pgsocket fd)
 {
 	WatchState *s = watch_state(fd);
@@ -428,25 +424,9 @@ socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp, void *socketp)
 	return watch_set(s, fd, events, pool->generation) ? 0 : -1;
 }
 
-static void
-build_wait_set(void)
-{
-	if (wait_set != NULL)
-		return;
-	curl_epfd = epoll_create1(EPOLL_CLOEXEC);
-	if (curl_epfd < 0)
-		elog(ERROR, "epoll_create1 failed: %m");
-	wait_set = outbox_create_wait_event_set(3 + n_also_watched);
-	AddWaitEventToSet(wait_set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
-	AddWaitEventToSet(wait_set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
-	AddWaitEventToSet(wait_set, WL_SOCKET_READABLE, curl_epfd, NULL, NULL);
-	for (int i = 0; i < n_also_watched; i++)
-		AddWaitEventToSet(wait_set, WL_SOCKET_READABLE, also_watched[i], NULL, NULL);
-}
-
 /* Hand libcurl the ready sockets of our epoll set, each to its pool. */
 static void
-act_on_sockets(void)
+act_on_sockets(pgsocket epfd, uint32 events, void *arg)
 {
 	struct epoll_event evs[64];
 	int			n;
@@ -486,6 +466,17 @@ act_on_sockets(void)
 	}
 }
 
+/* At the start: our epoll set, in the wait. */
+static void
+start_watching(void)
+{
+	curl_epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (curl_epfd < 0)
+		elog(ERROR, "epoll_create1 failed: %m");
+	if (!wait_watch(curl_epfd, WL_SOCKET_READABLE, act_on_sockets, NULL))
+		elog(ERROR, "out of memory");
+}
+
 #else							/* !HAVE_SYS_EPOLL_H */
 
 /* The wait set is rebuilt from what libcurl watches: nothing to track. */
@@ -495,13 +486,13 @@ watch_opened(curl_socket_t fd, bool opened)
 }
 
 /* Without epoll http1.c sends nothing (http1_submit). */
-bool
+static bool
 http_watch(pgsocket fd, uint32 events)
 {
 	return false;
 }
 
-void
+static void
 http_forget(pgsocket fd)
 {
 }
@@ -511,87 +502,43 @@ take_socket(pgsocket fd)
 {
 }
 
-typedef struct WatchedSocket
+/* A socket of a pool's is ready: libcurl acts on it. */
+static void
+curl_socket_ready(pgsocket fd, uint32 events, void *arg)
 {
-	curl_socket_t fd;
-	int			what;			/* CURL_POLL_IN, _OUT or _INOUT */
-	HttpPool   *pool;
-} WatchedSocket;
+	HttpPool   *pool = (HttpPool *) arg;
+	int			flags = 0;
 
-static WatchedSocket *watched = NULL;
-static int	n_watched = 0;
-static int	max_watched = 0;
-static bool watch_changed = true;
+	if (events & WL_SOCKET_READABLE)
+		flags |= CURL_CSELECT_IN;
+	if (events & WL_SOCKET_WRITEABLE)
+		flags |= CURL_CSELECT_OUT;
+	if (flags)
+		multi_act(pool->multi, fd, flags);
+}
 
+/* Each socket libcurl watches is in the wait, for what libcurl asks. */
 static int
 socket_cb(CURL *easy, curl_socket_t fd, int what, void *userp, void *socketp)
 {
-	int			i;
+	uint32		events = 0;
 
-	for (i = 0; i < n_watched; i++)
-		if (watched[i].fd == fd)
-			break;
 	if (what == CURL_POLL_REMOVE)
 	{
-		if (i < n_watched)
-			watched[i] = watched[--n_watched];
+		wait_forget(fd);
+		return 0;
 	}
-	else
-	{
-		if (i == n_watched)
-		{
-			if (n_watched == max_watched)
-			{
-				int			grow = Max(16, max_watched * 2);
-				WatchedSocket *more = realloc(watched, sizeof(WatchedSocket) * grow);
-
-				if (more == NULL)
-					return -1;	/* libcurl fails the transfer */
-				watched = more;
-				max_watched = grow;
-			}
-			watched[n_watched++].fd = fd;
-		}
-		watched[i].what = what;
-		watched[i].pool = (HttpPool *) userp;
-	}
-	watch_changed = true;
-	return 0;
+	if (what & CURL_POLL_IN)
+		events |= WL_SOCKET_READABLE;
+	if (what & CURL_POLL_OUT)
+		events |= WL_SOCKET_WRITEABLE;
+	/* out of memory: libcurl fails the transfer */
+	return wait_watch(fd, events, curl_socket_ready, userp) ? 0 : -1;
 }
 
 static void
-build_wait_set(void)
+start_watching(void)
 {
-	if (wait_set != NULL && !watch_changed)
-		return;
-	if (wait_set != NULL)
-		FreeWaitEventSet(wait_set);
-	wait_set = outbox_create_wait_event_set(n_watched + 2 + n_also_watched);
-	AddWaitEventToSet(wait_set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
-	AddWaitEventToSet(wait_set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
-	for (int i = 0; i < n_also_watched; i++)
-		AddWaitEventToSet(wait_set, WL_SOCKET_READABLE, also_watched[i], NULL, NULL);
-	for (int i = 0; i < n_watched; i++)
-	{
-		uint32		events = 0;
-
-		if (watched[i].what & CURL_POLL_IN)
-			events |= WL_SOCKET_READABLE;
-		if (watched[i].what & CURL_POLL_OUT)
-			events |= WL_SOCKET_WRITEABLE;
-		AddWaitEventToSet(wait_set, events, watched[i].fd, NULL, NULL);
-	}
-	watch_changed = false;
-}
-
-/* The pool whose libcurl watches fd, or NULL. */
-static HttpPool *
-pool_of_socket(curl_socket_t fd)
-{
-	for (int i = 0; i < n_watched; i++)
-		if (watched[i].fd == fd)
-			return watched[i].pool;
-	return NULL;
 }
 #endif							/* HAVE_SYS_EPOLL_H */
 
@@ -759,6 +706,19 @@ http_configure(int max_total)
 	http1_retire(current->generation, max_total);
 }
 
+static TimestampTz http_due(void);
+static void http_after(void);
+
+/* libcurl's timers and http1.c's deadlines, in the wait (wait.h). */
+static const WaitTimer http_timer = {
+	.due = http_due,
+	.after = http_after,
+};
+
+/*
+ * At the start of the relay or a sender: libcurl, the first pool, our
+ * epoll set in the wait, and our clocks.
+ */
 void
 http_start(int max_total)
 {
@@ -767,7 +727,10 @@ http_start(int max_total)
 	connect_policy_now(&connect_policy);
 	max_total = http_socket_room(max_total);
 	current = pool_create(max_total);
+	http1_start(&http1_host);
 	http1_retire(current->generation, max_total);
+	start_watching();
+	wait_add_timer(&http_timer);
 }
 
 /*
@@ -854,77 +817,6 @@ http_socket_room(int wanted)
 }
 
 /*
- * What a response sends, as both paths see it.  libcurl is asked for the
- * raw body (transfer decoding off), so that the write callback sees every
- * byte after the head, chunk framing included: h1parse.c's decoder, run on
- * the body alone (h1_body_only), tells body bytes from framing, counts the
- * framing and refuses framing it would not take on plain http; libcurl
- * still finds the response's end itself.  On plain http (http1.c) the same
- * parser reads the whole response, and hands each head line and the decoded
- * body here.
- */
-
-/* Keep a body byte for the attempt log, or note that the kept text is cut. */
-static inline void
-keep_byte(HttpRequest *req, unsigned char c)
-{
-	if (req->response_len >= OUTBOX_RESPONSE_KEEP)
-	{
-		req->response_cut = true;
-		return;
-	}
-	req->response[req->response_len++] = http_kept_char((char) c);
-	req->response[req->response_len] = '\0';
-}
-
-/*
- * Keep decoded body bytes: the first OUTBOX_RESPONSE_KEEP for the attempt
- * log, and, for a caller that asked for the whole body (whole_body), up to
- * whole_size bytes as they came, then whole_over.
- */
-void
-http_response_keep(HttpRequest *req, const char *data, size_t n)
-{
-	size_t		keep = Min(n, OUTBOX_RESPONSE_KEEP - req->response_len);
-	size_t		room = req->whole_size - req->whole_len;
-
-	for (size_t i = 0; i < keep; i++)
-		keep_byte(req, (unsigned char) data[i]);
-	if (keep < n)
-		req->response_cut = true;
-	if (req->whole_body == NULL)
-		return;
-	if (n > room)
-	{
-		req->whole_over = true;
-		n = room;
-	}
-	memcpy(req->whole_body + req->whole_len, data, n);
-	req->whole_len += n;
-}
-
-/*
- * The bounds after the head, on what the parser has taken: past
- * OUTBOX_RESPONSE_FRAMING bytes of chunk framing the response is a flood
- * (req->exceeded); past OUTBOX_RESPONSE_READ bytes in all the relay hangs
- * up, and a long body counts as its status (http_next_done, http1.c).
- * Returns false at either.
- */
-bool
-http_response_bounds(HttpRequest *req)
-{
-	req->response_read = req->parser.taken - req->parser.head_bytes;
-	if (req->parser.framing_bytes > OUTBOX_RESPONSE_FRAMING)
-	{
-		req->exceeded = "the response's chunk framing (sizes, extensions, trailers) exceeded 16 kB";
-		return false;
-	}
-	if (req->response_read > OUTBOX_RESPONSE_READ)
-		return false;			/* enough: hang up */
-	return true;
-}
-
-/*
  * Every byte libcurl reads after a head comes here, raw.  The first call
  * starts the body's parser, chunked when libcurl reads it so.  Returns
  * false to make libcurl stop: a bound broken, or framing refused
@@ -963,102 +855,6 @@ write_cb(char *data, size_t size, size_t nmemb, void *userdata)
 			break;				/* H1_MORE, or H1_DONE: libcurl ends it */
 	}
 	return n;
-}
-
-/*
- * The value of header line[0..len) if its name is "name" (case-insensitive),
- * without the white space around it; NULL for another header.
- */
-const char *
-http_header_value(const char *line, size_t len, const char *name, size_t *vlen)
-{
-	size_t		nlen = strlen(name);
-
-	if (len <= nlen || line[nlen] != ':' || pg_strncasecmp(line, name, nlen) != 0)
-		return NULL;
-	line += nlen + 1;
-	len -= nlen + 1;
-	while (len > 0 && (*line == ' ' || *line == '\t'))
-		line++, len--;
-	while (len > 0 && (line[len - 1] == '\r' || line[len - 1] == '\n' ||
-					   line[len - 1] == ' ' || line[len - 1] == '\t'))
-		len--;
-	*vlen = len;
-	return line;
-}
-
-/* Copy the value of header "name" into dst if the line is that header. */
-static void
-take_header(const char *line, size_t len, const char *name, char *dst, size_t dstlen)
-{
-	size_t		vlen;
-	const char *value = http_header_value(line, len, name, &vlen);
-
-	if (value == NULL)
-		return;
-	vlen = Min(vlen, dstlen - 1);
-	memcpy(dst, value, vlen);
-	dst[vlen] = '\0';
-}
-
-/*
- * Each line of each response's head, 1xx responses included, comes here,
- * from libcurl (header_cb) or from http1.c: they are bounded together by
- * OUTBOX_RESPONSE_HEADERS.  Returns false past it (req->exceeded).  libcurl
- * also hands over a chunked or HTTP/2 body's trailer lines: after a final
- * head they are counted and not read, so a trailer is neither taken for a
- * status line (which would clear what the head said) nor for a header.
- */
-bool
-http_response_header(HttpRequest *req, const char *data, size_t n)
-{
-	const char *te;
-	size_t		te_len;
-
-	req->headers_read += n;
-	if (req->headers_read > OUTBOX_RESPONSE_HEADERS)
-	{
-		req->exceeded = "the response's headers (1xx responses included) exceeded 64 kB";
-		return false;
-	}
-	if (req->head_done)
-		return true;
-	if (req->at_status)
-	{
-		const char *sp = memchr(data, ' ', n);
-
-		/* a status line starts a response: its own headers follow */
-		req->at_status = false;
-		req->head_final = !(sp != NULL && sp + 1 < data + n && sp[1] == '1');
-		req->curl_chunked = false;
-		req->te_final_chunked = false;
-		req->delivery[0] = '\0';
-		req->retry_after[0] = '\0';
-		return true;
-	}
-	if (n <= 2 && (data[0] == '\r' || data[0] == '\n'))
-	{
-		req->at_status = true;	/* the head's end */
-		req->head_done = req->head_final;
-		return true;
-	}
-	take_header(data, n, "webhook-delivery", req->delivery, sizeof(req->delivery));
-	take_header(data, n, "retry-after", req->retry_after, sizeof(req->retry_after));
-
-	/*
-	 * libcurl takes a body for chunked when "chunked" stands anywhere in any
-	 * Transfer-Encoding line of the response, however long the line: the
-	 * body's parser follows it (write_cb), and header_cb refuses a head
-	 * whose final coding is another.
-	 */
-	if ((te = http_header_value(data, n, "transfer-encoding", &te_len)) != NULL)
-	{
-		for (size_t i = 0; i + 7 <= te_len; i++)
-			if (pg_strncasecmp(te + i, "chunked", 7) == 0)
-				req->curl_chunked = true;
-		(void) h1_te_final_chunked(te, te_len, &req->te_final_chunked);
-	}
-	return true;
 }
 
 /*
@@ -1127,33 +923,6 @@ close_socket_cb(void *clientp, curl_socket_t fd)
 #endif
 	watch_opened(fd, false);
 	return close(fd);
-}
-
-/* A request's results as they are before it is sent. */
-void
-http_response_reset(HttpRequest *req)
-{
-	req->status = 0;
-	req->transport_error = false;
-	req->error[0] = '\0';
-	req->refused[0] = '\0';
-	req->response[0] = '\0';
-	req->response_len = 0;
-	req->response_read = 0;
-	req->response_cut = false;
-	req->delivery[0] = '\0';
-	req->retry_after[0] = '\0';
-	req->headers_read = 0;
-	h1_init(&req->parser);
-	req->at_status = true;
-	req->head_final = false;
-	req->head_done = false;
-	req->curl_chunked = false;
-	req->te_final_chunked = false;
-	req->body_started = false;
-	req->exceeded = NULL;
-	req->whole_len = 0;
-	req->whole_over = false;
 }
 
 /* An easy handle for req, or an error (its header list freed). */
@@ -1226,7 +995,7 @@ time_left_ms(const HttpRequest *req)
  * policy applied (open_socket_cb), the endpoint's timeout counting from
  * http_submit.  TLS, where the URL is https, is http1.c's.
  */
-void
+static void
 http_connect(HttpRequest *req, const char *connect_url)
 {
 	CURL	   *easy = handle_for(req);
@@ -1262,7 +1031,7 @@ http_submit(HttpRequest *req)
  * Send req through libcurl, in the time left of its timeout: what http1.c
  * hands over, HTTP/2 where the receiver speaks only that.
  */
-void
+static void
 http_send(HttpRequest *req)
 {
 	CURL	   *easy = handle_for(req);
@@ -1334,30 +1103,16 @@ act_on_timers(void)
 	}
 }
 
-/* Time this process spent asleep in http_wait(), in µs (pump.c). */
-static int64 blocked_us = 0;
-
-int64
-http_blocked_us(void)
-{
-	return blocked_us;
-}
-
 /*
- * Sleep until the latch is set, a socket libcurl watches is ready, libcurl's
- * timer is due, or timeout_ms passed; then let libcurl do its work.
- * Returns true when the latch was set (the caller resets it).
+ * When libcurl or http1.c must act whether or not a socket wakes the wait:
+ * the first of the pools' timers and http1.c's deadlines; now when http1.c
+ * has a request that failed as it was sent, to be taken at once.
  */
-bool
-http_wait(long timeout_ms)
+static TimestampTz
+http_due(void)
 {
-	WaitEvent	events[16];
-	int			n;
-	bool		latch = false;
-	long		wait_ms = timeout_ms;
 	TimestampTz first_due = current->timer_due;
 	TimestampTz http1_due = http1_next_due();
-	TimestampTz blocked_from;
 	dlist_iter	iter;
 
 	dlist_foreach(iter, &retiring)
@@ -1369,60 +1124,18 @@ http_wait(long timeout_ms)
 	}
 	if (http1_due != 0 && (first_due == 0 || http1_due < first_due))
 		first_due = http1_due;
-	if (first_due != 0)
-		wait_ms = Min(wait_ms, Max(0, TimestampDifferenceMilliseconds(GetCurrentTimestamp(), first_due)));
 	if (http1_any_done())
-		wait_ms = 0;			/* failed as it was sent: to be taken now */
-	build_wait_set();
+		return GetCurrentTimestamp();
+	return first_due;
+}
 
-	blocked_from = GetCurrentTimestamp();
-	n = WaitEventSetWait(wait_set, wait_ms, events, lengthof(events), PG_WAIT_EXTENSION);
-	blocked_us += GetCurrentTimestamp() - blocked_from;
-	for (int i = 0; i < n; i++)
-	{
-		if (events[i].events & WL_LATCH_SET)
-		{
-			latch = true;
-			continue;
-		}
-		if (is_also_watched(events[i].fd))
-			continue;			/* its target reads it (target_wait) */
-#ifdef HAVE_SYS_EPOLL_H
-		if (events[i].events & WL_SOCKET_READABLE)
-			act_on_sockets();
-#else
-		{
-			int			flags = 0;
-			HttpPool   *pool = pool_of_socket(events[i].fd);
-
-			if (events[i].events & WL_SOCKET_READABLE)
-				flags |= CURL_CSELECT_IN;
-			if (events[i].events & WL_SOCKET_WRITEABLE)
-				flags |= CURL_CSELECT_OUT;
-			if (flags && pool != NULL)
-				multi_act(pool->multi, events[i].fd, flags);
-		}
-#endif
-	}
+/* After every wait: libcurl's timers that are due, http1.c's deadlines. */
+static void
+http_after(void)
+{
 	act_on_timers();
 	if (http1_next_due() != 0)
 		http1_expire(GetCurrentTimestamp());
-	return latch;
-}
-
-/*
- * Have http_wait() also wake when sock is readable: another target's
- * socket, or the pipe a client library's threads write to (target.h).
- * Called before the first wait, at most WAIT_ALSO_MAX times; the caller
- * reads the socket.
- */
-void
-http_wait_also(pgsocket sock)
-{
-	Assert(wait_set == NULL);
-	if (n_also_watched >= WAIT_ALSO_MAX)
-		elog(ERROR, "too many sockets for the relay's wait");
-	also_watched[n_also_watched++] = sock;
 }
 
 /*
@@ -1459,31 +1172,6 @@ next_message(HttpPool *pool)
 		if (msg->msg == CURLMSG_DONE)
 			return msg;
 	return NULL;
-}
-
-/*
- * A failure that is about the client certificate says so
- * (docs/authentication.md): one that could not be loaded, or a TLS alert
- * from the receiver about certificates (OpenSSL's text: "certificate
- * required", "bad certificate", "unknown ca", ...).  Our own check of the
- * receiver's certificate reads "SSL certificate problem" and is no alert.
- */
-void
-http_reword_auth_failure(HttpRequest *req, bool cert_unusable)
-{
-	char		why[CURL_ERROR_SIZE];
-	const char *what;
-
-	if (cert_unusable)
-		what = "the client certificate or key could not be used";
-	else if (strstr(req->error, "alert") != NULL &&
-			 (strstr(req->error, "certificate") != NULL || strstr(req->error, "unknown ca") != NULL))
-		what = req->client_cert != NULL ? "the receiver refused the client certificate" :
-			"the receiver asks for a client certificate (auth's client_cert)";
-	else
-		return;
-	strlcpy(why, req->error, sizeof(why));
-	snprintf(req->error, sizeof(req->error), "authentication failed: %s: %s", what, why);
 }
 
 /*

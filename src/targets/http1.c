@@ -6,9 +6,9 @@
  *	  connection libcurl opened.
  *
  * libcurl resolves the name, applies the address policy (http.c,
- * open_socket_cb), connects and hands the socket over (http.c,
- * http_connect and http_next_done); from then on the connection is this
- * file's: TLS through OpenSSL where the URL is https, then one request at
+ * open_socket_cb), connects and hands the socket over (http.c, through
+ * the Http1Host it starts this file with, and http_next_done); from then
+ * on the connection is this file's: TLS through OpenSSL where the URL is https, then one request at
  * a time, kept alive for the next request to the same origin.  What
  * libcurl does for each request on a kept connection (its state machine,
  * the connection cache walked for a match, the handle's buffers) cost more
@@ -32,11 +32,11 @@
  *
  * The response is read as libcurl's callbacks would see it: every status
  * and header line through http_response_header, every byte of the body
- * through http_response_keep, so the bounds of http.h and what the attempt
- * log keeps are the same on both paths.  The framing is h1parse.c's: a
- * Content-Length, chunks, or the connection's end; 1xx responses are
- * skipped; anything else that is not HTTP/1.x fails the request and closes
- * the connection.
+ * through http_response_keep (response.c), so the bounds of response.h
+ * and what the attempt log keeps are the same on both paths.  The framing
+ * is h1parse.c's: a Content-Length, chunks, or the connection's end; 1xx
+ * responses are skipped; anything else that is not HTTP/1.x fails the
+ * request and closes the connection.
  *
  * The endpoint's timeout counts from http_submit, connecting and the
  * handshake included.  A kept connection that the receiver closed before
@@ -73,9 +73,13 @@
 #include "guc.h"
 #include "targets/h1parse.h"
 #include "targets/http1.h"
+#include "targets/response.h"
 
 #ifdef HAVE_SYS_EPOLL_H
 #include <sys/epoll.h>
+
+/* The libcurl side, which connects, takes requests back and watches. */
+static const Http1Host *host = NULL;
 
 #define HTTP1_BUFFER		16384
 #define HTTP1_MAX_ORIGIN	300
@@ -511,7 +515,7 @@ conn_close(Conn *c)
 		ERR_clear_error();
 		SSL_free(c->ssl);
 	}
-	http_forget(c->fd);
+	host->forget(c->fd);
 	close(c->fd);
 	conns[c->fd] = NULL;
 	free(c->head);
@@ -585,7 +589,7 @@ retry_fresh(Conn *c)
 {
 	Origin	   *o = c->origin;
 
-	http_connect(take_back(c), o->connect);
+	host->connect(take_back(c), o->connect);
 }
 
 /*
@@ -596,7 +600,7 @@ static void
 to_libcurl(Conn *c)
 {
 	c->origin->usable = false;
-	http_send(take_back(c));
+	host->send(take_back(c));
 }
 
 /*
@@ -718,7 +722,7 @@ complete(Conn *c, bool reusable)
 	dlist_push_tail(&idle_lru, &c->lru_node);
 	n_idle++;
 	/* watched for reading while it idles: a close wakes us (http1_event) */
-	if (!http_watch(c->fd, EPOLLIN))
+	if (!host->watch(c->fd, EPOLLIN))
 	{
 		idle_remove(c);
 		conn_close(c);
@@ -774,11 +778,11 @@ send_tls(Conn *c)
 			tls_failed(c, n, "sending the request");
 			return;
 		}
-		if (!http_watch(c->fd, wait))
+		if (!host->watch(c->fd, wait))
 			fail(c, "could not watch the connection's socket");
 		return;
 	}
-	if (!http_watch(c->fd, EPOLLIN))
+	if (!host->watch(c->fd, EPOLLIN))
 		fail(c, "could not watch the connection's socket");
 }
 
@@ -821,7 +825,7 @@ send_request(Conn *c)
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
 		{
 			/* reading too: a receiver may answer before it has read all */
-			if (!http_watch(c->fd, EPOLLOUT | EPOLLIN))
+			if (!host->watch(c->fd, EPOLLOUT | EPOLLIN))
 				fail(c, "could not watch the connection's socket");
 			return;
 		}
@@ -832,7 +836,7 @@ send_request(Conn *c)
 		}
 		c->sent += n;
 	}
-	if (!http_watch(c->fd, EPOLLIN))
+	if (!host->watch(c->fd, EPOLLIN))
 		fail(c, "could not watch the connection's socket");
 }
 
@@ -947,7 +951,7 @@ handshake(Conn *c)
 	}
 	if ((wait = tls_wait(c, ret)) == 0)
 		tls_failed(c, ret, "the TLS handshake");
-	else if (!http_watch(c->fd, wait == EPOLLIN ? EPOLLIN : EPOLLOUT))
+	else if (!host->watch(c->fd, wait == EPOLLIN ? EPOLLIN : EPOLLOUT))
 		fail(c, "could not watch the connection's socket");
 }
 
@@ -1007,7 +1011,7 @@ http1_submit(HttpRequest *req)
 		write_head(c);
 		return true;
 	}
-	http_connect(req, o->connect);
+	host->connect(req, o->connect);
 	return true;
 }
 
@@ -1018,7 +1022,7 @@ http1_submit(HttpRequest *req)
 static void
 unconnected(HttpRequest *req, pgsocket fd)
 {
-	http_forget(fd);
+	host->forget(fd);
 	close(fd);
 	req->status = 0;
 	req->transport_error = true;
@@ -1041,9 +1045,9 @@ http1_connected(HttpRequest *req, pgsocket fd, uint32 generation)
 
 	if (o == NULL)
 	{
-		http_forget(fd);
+		host->forget(fd);
 		close(fd);
-		http_send(req);
+		host->send(req);
 		return;
 	}
 	if (fd >= n_conns)
@@ -1242,14 +1246,14 @@ read_some(Conn *c)
 			return 0;
 		case SSL_ERROR_WANT_READ:
 			/* no longer for writing, if a write was waited for */
-			if (!http_watch(c->fd, EPOLLIN))
+			if (!host->watch(c->fd, EPOLLIN))
 			{
 				fail(c, "could not watch the connection's socket");
 				return -2;
 			}
 			return -1;
 		case SSL_ERROR_WANT_WRITE:
-			if (!http_watch(c->fd, EPOLLOUT | EPOLLIN))
+			if (!host->watch(c->fd, EPOLLOUT | EPOLLIN))
 			{
 				fail(c, "could not watch the connection's socket");
 				return -2;
@@ -1438,9 +1442,20 @@ http1_abandon_all(void)
 	}
 }
 
+/* At the start of the relay or a sender, by the libcurl side (http.c). */
+void
+http1_start(const Http1Host *h)
+{
+	host = h;
+}
+
 #else							/* !HAVE_SYS_EPOLL_H */
 
 /* Without epoll every request goes through libcurl. */
+void
+http1_start(const Http1Host *h)
+{
+}
 bool
 http1_submit(HttpRequest *req)
 {

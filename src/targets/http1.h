@@ -10,8 +10,23 @@
 
 #include "datatype/timestamp.h"
 
-#include "targets/http.h"
+#include "targets/response.h"
 
+/*
+ * What http1.c asks of the libcurl side (http.c), which starts it:
+ * connect a request's socket (then handed back through http1_connected),
+ * take a request back to send it through libcurl, and watch or forget one
+ * of http1.c's sockets in the epoll set (events: EPOLLIN, EPOLLOUT).
+ */
+typedef struct Http1Host
+{
+	void		(*connect) (HttpRequest *req, const char *connect_url);
+	void		(*send) (HttpRequest *req);
+	bool		(*watch) (pgsocket fd, uint32 events);
+	void		(*forget) (pgsocket fd);
+} Http1Host;
+
+extern void http1_start(const Http1Host *host);
 extern bool http1_submit(HttpRequest *req);
 extern void http1_connected(HttpRequest *req, pgsocket fd, uint32 generation);
 extern void http1_event(pgsocket fd, uint32 events);

@@ -41,7 +41,7 @@
  * so that PostgreSQL's signal handlers run in the relay's thread alone.
  * Every producer's main queue writes a byte to one pipe when it becomes
  * non-empty (rd_kafka_queue_io_event_enable); the relay's wait watches the
- * pipe (http_wait_also), and kafka_poll() serves the queues in the relay's
+ * pipe (target_wake_pipe), and kafka_poll() serves the queues in the relay's
  * thread: delivery reports, errors and librdkafka's log lines (log.queue)
  * arrive there and nowhere else.  The one callback a librdkafka thread
  * runs is connect_cb, which applies the address policy
@@ -69,11 +69,10 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
-#include "targets/address.h"
-#include "relay/credentials.h"
-#include "relay/delivery.h"
-#include "targets/format.h"
 #include "guc.h"
+#include "targets/address.h"
+#include "targets/auth.h"
+#include "targets/format.h"
 #include "targets/kafka.h"
 #include "targets/target.h"
 
@@ -107,7 +106,7 @@ typedef struct Producer
 /* A message on its way: what its delivery report is matched to. */
 typedef struct KafkaMessage
 {
-	Delivery   *d;
+	TargetRequest *tr;
 	Producer   *p;
 	instr_time	start;
 } KafkaMessage;
@@ -119,7 +118,7 @@ static Producer *producers = NULL;
  * message in flight is made at submit, so that a delivery report, served
  * inside rd_kafka_poll(), never allocates.
  */
-static Delivery **done = NULL;
+static TargetRequest **done = NULL;
 static int	n_done = 0;
 static int	done_next = 0;
 static int	done_room = 0;
@@ -370,25 +369,23 @@ wake(void)
 static void
 finish(KafkaMessage *m, rd_kafka_resp_err_t err, int32 partition, int64 offset)
 {
-	Delivery   *d = m->d;
-	TargetResult *r = &d->result;
+	TargetRequest *tr = m->tr;
+	TargetResult *r = tr->result;
 	instr_time	now;
 
 	INSTR_TIME_SET_CURRENT(now);
 	INSTR_TIME_SUBTRACT(now, m->start);
 	r->duration_ms = INSTR_TIME_GET_MILLISEC(now);
-	r->bytes = strlen(d->body);
+	r->bytes = strlen(tr->body);
 	if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
 	{
-		r->status = 200;
+		r->outcome = TARGET_DELIVERED;
 		r->response_len = snprintf(r->response, sizeof(r->response),
 								   "partition %d offset " INT64_FORMAT, partition, offset);
 	}
 	else
 	{
-		r->status = 0;
-		r->rejected = permanent_error(err);
-		r->transport_error = !r->rejected;
+		r->outcome = permanent_error(err) ? TARGET_DEAD_LETTER : TARGET_RETRY;
 		if (err == RD_KAFKA_RESP_ERR__MSG_TIMED_OUT)
 		{
 			/* what kept it from the brokers, if anything was said */
@@ -407,7 +404,7 @@ finish(KafkaMessage *m, rd_kafka_resp_err_t err, int32 partition, int64 offset)
 	m->p->in_flight--;
 	kafka_in_flight--;
 	Assert(n_done < done_room);
-	done[n_done++] = d;
+	done[n_done++] = tr;
 }
 
 /* Delivery report: served by rd_kafka_poll() in the relay's thread. */
@@ -526,7 +523,7 @@ set_security(rd_kafka_conf_t *conf, const Producer *p, char *why, size_t why_len
 
 /* A new producer for ep, or NULL with the reason in why. */
 static Producer *
-producer_new(const RelayEndpoint *ep, char *why, size_t why_len)
+producer_new(const TargetEndpoint *ep, char *why, size_t why_len)
 {
 	Producer   *p;
 	rd_kafka_conf_t *conf;
@@ -644,7 +641,7 @@ producer_free(Producer *p)
  * timeout or SASL credentials is retired.  NULL, with why, when none can be made.
  */
 static Producer *
-producer_of(const RelayEndpoint *ep, char *why, size_t why_len)
+producer_of(const TargetEndpoint *ep, char *why, size_t why_len)
 {
 	const AuthConfig *a = ep->auth != NULL ? &ep->auth->cfg : NULL;
 
@@ -737,9 +734,9 @@ done_make_room(void)
  * at once, and the relay woken to collect it.
  */
 static void
-kafka_submit(Delivery *d, int relay_in_flight)
+kafka_submit(TargetRequest *tr, int relay_in_flight)
 {
-	RelayEndpoint *ep = d->batch->ep;
+	const TargetEndpoint *ep = tr->endpoint;
 	KafkaMessage *m = palloc0(sizeof(KafkaMessage));
 	char		why[256];
 	char		topic[KAFKA_TOPIC_MAX + 1];
@@ -747,22 +744,22 @@ kafka_submit(Delivery *d, int relay_in_flight)
 	rd_kafka_headers_t *h;
 	rd_kafka_resp_err_t err;
 	Producer   *p;
-	size_t		key_len = d->key != NULL ? strlen(d->key) : 0;
+	size_t		key_len = tr->key != NULL ? strlen(tr->key) : 0;
 	int64		timestamp_ms;
 	EventParts	parts = {0};
 	char	   *format_lines[OUTBOX_FORMAT_MAX_HEADERS];
 	int			n_format;
 
 	done_make_room();
-	m->d = d;
+	m->tr = tr;
 	INSTR_TIME_SET_CURRENT(m->start);
 	p = producer_of(ep, why, sizeof(why));
 	if (p == NULL)
 	{
 		/* (create_endpoint checked the URL: cannot happen but once) */
-		d->result.transport_error = true;
-		snprintf(d->result.error, sizeof(d->result.error), "Kafka: %s", why);
-		done[n_done++] = d;
+		tr->result->outcome = TARGET_RETRY;
+		snprintf(tr->result->error, sizeof(tr->result->error), "Kafka: %s", why);
+		done[n_done++] = tr;
 		wake();
 		return;
 	}
@@ -770,35 +767,35 @@ kafka_submit(Delivery *d, int relay_in_flight)
 	p->used_at = GetCurrentTimestamp();
 	p->in_flight++;
 	kafka_in_flight++;
-	topic_of(p, d->type, topic);
-	outbox_format_time(d->emitted_at, when);
-	timestamp_ms = d->emitted_at / 1000 +
+	topic_of(p, tr->type, topic);
+	outbox_format_time(tr->emitted_at, when);
+	timestamp_ms = tr->emitted_at / 1000 +
 		(int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY * 1000;
 
-	parts.event_id = &d->event_id;
-	parts.type = d->type;
-	parts.emitted_at = d->emitted_at;
-	parts.key = d->key;
+	parts.event_id = &tr->event_id;
+	parts.type = tr->type;
+	parts.emitted_at = tr->emitted_at;
+	parts.key = tr->key;
 	n_format = outbox_format_headers(ep->format, &parts, format_lines);
 
-	h = rd_kafka_headers_new(3 + n_format + d->n_event_headers);
-	rd_kafka_header_add(h, "webhook-id", -1, d->event_id_str, -1);
-	rd_kafka_header_add(h, "type", -1, d->type, -1);
+	h = rd_kafka_headers_new(3 + n_format + tr->n_event_headers);
+	rd_kafka_header_add(h, "webhook-id", -1, tr->event_id_str, -1);
+	rd_kafka_header_add(h, "type", -1, tr->type, -1);
 	rd_kafka_header_add(h, "timestamp", -1, when, -1);
 	for (int i = 0; i < n_format; i++)
 		add_header_line(h, format_lines[i], true);
 	for (int i = 1; i < n_format; i++)
 		pfree(format_lines[i]);	/* (the first, Content-Type, is static) */
 	/* The format's wins over an event's header of the same name. */
-	for (int i = 0; i < d->n_event_headers; i++)
-		if (!outbox_format_sets_header(ep->format, d->event_headers[i]))
-			add_header_line(h, d->event_headers[i], false);
+	for (int i = 0; i < tr->n_event_headers; i++)
+		if (!outbox_format_sets_header(ep->format, tr->event_headers[i]))
+			add_header_line(h, tr->event_headers[i], false);
 
 	err = rd_kafka_producev(p->rk,
 							RD_KAFKA_V_TOPIC(topic),
 							RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-							RD_KAFKA_V_KEY(d->key, key_len),
-							RD_KAFKA_V_VALUE(d->body, strlen(d->body)),
+							RD_KAFKA_V_KEY(tr->key, key_len),
+							RD_KAFKA_V_VALUE(unconstify(char *, tr->body), strlen(tr->body)),
 							RD_KAFKA_V_TIMESTAMP(timestamp_ms),
 							RD_KAFKA_V_HEADERS(h),
 							RD_KAFKA_V_OPAQUE(m),
@@ -812,7 +809,7 @@ kafka_submit(Delivery *d, int relay_in_flight)
 }
 
 /* The next delivery whose outcome is known, or NULL. */
-static Delivery *
+static TargetRequest *
 kafka_next_done(void)
 {
 	if (done_next < n_done)
@@ -879,7 +876,7 @@ kafka_abandon_all(void)
 }
 
 /* At the relay's start: the pipe, watched by the relay's wait. */
-void
+static void
 kafka_start(void)
 {
 	if (wake_pipe[0] >= 0)
@@ -891,7 +888,7 @@ kafka_start(void)
  * After a reload: producers made under other allowed networks or another
  * outbox.ca_file retire.
  */
-void
+static void
 kafka_configure(void)
 {
 	for (Producer *p = producers; p != NULL; p = p->next)
@@ -912,6 +909,8 @@ kafka_check_url(const char *url, const char **problem)
 const TargetOps outbox_kafka_target = {
 	.name = "kafka",
 	.check_url = kafka_check_url,
+	.start = kafka_start,
+	.configure = kafka_configure,
 	.submit = kafka_submit,
 	.next_done = kafka_next_done,
 	.poll = kafka_poll,

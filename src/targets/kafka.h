@@ -24,7 +24,5 @@ typedef struct KafkaUrl
 } KafkaUrl;
 
 extern bool kafka_parse_url(const char *url, KafkaUrl *out, const char **problem);
-extern void kafka_start(void);
-extern void kafka_configure(void);
 
 #endif							/* OUTBOX_KAFKA_H */

@@ -68,7 +68,7 @@
  * from a free list the relay filled beforehand (one per message in flight,
  * so it never allocates), queues it under a mutex, and, when the queue was
  * empty, writes a byte to a pipe the relay's wait watches
- * (http_wait_also).  nats_poll() takes the queued acknowledgements in the
+ * (target_wake_pipe).  nats_poll() takes the queued acknowledgements in the
  * relay's thread and matches each to its delivery by the message's
  * address.
  *
@@ -95,11 +95,10 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
-#include "targets/address.h"
-#include "relay/credentials.h"
-#include "relay/delivery.h"
-#include "targets/format.h"
 #include "guc.h"
+#include "targets/address.h"
+#include "targets/auth.h"
+#include "targets/format.h"
 #include "targets/nats.h"
 #include "targets/target.h"
 
@@ -137,7 +136,7 @@ typedef struct NatsConn
 	 */
 	bool		connecting;
 	bool		connect_done;
-	struct Delivery **waiting;
+	TargetRequest **waiting;
 	int			n_waiting;
 	int			waiting_room;
 	NetworkList allowed;		/* the address policy it was made under */
@@ -154,7 +153,7 @@ typedef struct NatsConn
 typedef struct NatsInFlight
 {
 	natsMsg    *msg;
-	Delivery   *d;
+	TargetRequest *tr;
 	NatsConn   *conn;
 	instr_time	start;
 } NatsInFlight;
@@ -196,7 +195,7 @@ static int	wake_pipe[2] = {-1, -1};
 #define CONN_IDLE_MS	(10 * 60 * 1000)
 
 /* Deliveries whose outcome is known, for nats_next_done(). */
-static Delivery **done = NULL;
+static TargetRequest **done = NULL;
 static int	n_done = 0;
 static int	done_next = 0;
 static int	done_room = 0;
@@ -657,7 +656,7 @@ conn_free(NatsConn *c)
 
 /* Is c made with the credentials ep's auth gives now? */
 static bool
-conn_auth_is(const NatsConn *c, const RelayEndpoint *ep)
+conn_auth_is(const NatsConn *c, const TargetEndpoint *ep)
 {
 	const AuthConfig *a = ep->auth != NULL ? &ep->auth->cfg : NULL;
 
@@ -674,7 +673,7 @@ conn_auth_is(const NatsConn *c, const RelayEndpoint *ep)
  * tried again after a second.
  */
 static NatsConn *
-conn_of(const RelayEndpoint *ep)
+conn_of(const TargetEndpoint *ep)
 {
 	NatsConn   *c;
 	const char *problem;
@@ -800,20 +799,19 @@ done_make_room(void)
 
 /* A delivery's outcome is known without an answer: queue it, wake up. */
 static void
-fail_now(Delivery *d, bool rejected, const char *fmt,...) pg_attribute_printf(3, 4);
+fail_now(TargetRequest *tr, bool rejected, const char *fmt,...) pg_attribute_printf(3, 4);
 
 static void
-fail_now(Delivery *d, bool rejected, const char *fmt,...)
+fail_now(TargetRequest *tr, bool rejected, const char *fmt,...)
 {
 	va_list		args;
 
 	va_start(args, fmt);
-	vsnprintf(d->result.error, sizeof(d->result.error), fmt, args);
+	vsnprintf(tr->result->error, sizeof(tr->result->error), fmt, args);
 	va_end(args);
-	d->result.rejected = rejected;
-	d->result.transport_error = !rejected;
+	tr->result->outcome = rejected ? TARGET_DEAD_LETTER : TARGET_RETRY;
 	done_make_room();
-	done[n_done++] = d;
+	done[n_done++] = tr;
 	wake();
 }
 
@@ -843,9 +841,9 @@ permanent_refusal(natsStatus status, int err_code)
  * address as key, matches its answer to it.
  */
 static void
-nats_submit(Delivery *d, int relay_in_flight)
+nats_submit(TargetRequest *tr, int relay_in_flight)
 {
-	RelayEndpoint *ep = d->batch->ep;
+	const TargetEndpoint *ep = tr->endpoint;
 	NatsConn   *c = conn_of(ep);
 	natsMsg    *msg = NULL;
 	natsMsg    *key;
@@ -860,7 +858,7 @@ nats_submit(Delivery *d, int relay_in_flight)
 	char	   *format_lines[OUTBOX_FORMAT_MAX_HEADERS];
 	int			n_format;
 
-	d->result.bytes = strlen(d->body);
+	tr->result->bytes = strlen(tr->body);
 	if (c->connecting)
 	{
 		/* sent once the connection is made (connect_taken) */
@@ -868,43 +866,43 @@ nats_submit(Delivery *d, int relay_in_flight)
 		{
 			c->waiting_room = Max(16, 2 * c->waiting_room);
 			c->waiting = c->waiting == NULL ?
-				MemoryContextAlloc(TopMemoryContext, sizeof(Delivery *) * c->waiting_room) :
-				repalloc(c->waiting, sizeof(Delivery *) * c->waiting_room);
+				MemoryContextAlloc(TopMemoryContext, sizeof(TargetRequest *) * c->waiting_room) :
+				repalloc(c->waiting, sizeof(TargetRequest *) * c->waiting_room);
 		}
-		c->waiting[c->n_waiting++] = d;
+		c->waiting[c->n_waiting++] = tr;
 		return;
 	}
 	if (c->nc == NULL)
 	{
-		fail_now(d, false, "NATS: %s", c->why);
+		fail_now(tr, false, "NATS: %s", c->why);
 		return;
 	}
-	subject = subject_of(c, d->type);
+	subject = subject_of(c, tr->type);
 	if (strlen(subject) > NATS_SUBJECT_SENT_MAX)
 	{
 		/* (a server closes a connection whose protocol line is too long) */
-		fail_now(d, true, "NATS: the subject would be %zu bytes, more than %d",
+		fail_now(tr, true, "NATS: the subject would be %zu bytes, more than %d",
 				 strlen(subject), NATS_SUBJECT_SENT_MAX);
 		return;
 	}
-	outbox_format_time(d->emitted_at, when);
-	s = natsMsg_Create(&msg, subject, NULL, d->body, (int) strlen(d->body));
+	outbox_format_time(tr->emitted_at, when);
+	s = natsMsg_Create(&msg, subject, NULL, tr->body, (int) strlen(tr->body));
 	if (s == NATS_OK)
-		s = natsMsgHeader_Set(msg, "Nats-Msg-Id", d->event_id_str);
+		s = natsMsgHeader_Set(msg, "Nats-Msg-Id", tr->event_id_str);
 	if (s == NATS_OK)
-		s = natsMsgHeader_Set(msg, "webhook-id", d->event_id_str);
+		s = natsMsgHeader_Set(msg, "webhook-id", tr->event_id_str);
 	if (s == NATS_OK)
-		s = natsMsgHeader_Set(msg, "type", d->type);
-	if (s == NATS_OK && d->key != NULL)
-		s = natsMsgHeader_Set(msg, "key", d->key);
+		s = natsMsgHeader_Set(msg, "type", tr->type);
+	if (s == NATS_OK && tr->key != NULL)
+		s = natsMsgHeader_Set(msg, "key", tr->key);
 	if (s == NATS_OK)
 		s = natsMsgHeader_Set(msg, "timestamp", when);
 
 	/* The format's: Content-Type, in binary mode also ce-* (as in HTTP) */
-	parts.event_id = &d->event_id;
-	parts.type = d->type;
-	parts.emitted_at = d->emitted_at;
-	parts.key = d->key;
+	parts.event_id = &tr->event_id;
+	parts.type = tr->type;
+	parts.emitted_at = tr->emitted_at;
+	parts.key = tr->key;
 	n_format = outbox_format_headers(ep->format, &parts, format_lines);
 	for (int i = 0; i < n_format; i++)
 	{
@@ -914,14 +912,14 @@ nats_submit(Delivery *d, int relay_in_flight)
 			pfree(format_lines[i]); /* (the first, Content-Type, is static) */
 	}
 	/* The event's own, but those the relay or the format sets. */
-	for (int i = 0; s == NATS_OK && i < d->n_event_headers; i++)
-		if (!header_reserved(d->event_headers[i]) &&
-			!outbox_format_sets_header(ep->format, d->event_headers[i]))
-			s = add_header_line(msg, d->event_headers[i], false);
+	for (int i = 0; s == NATS_OK && i < tr->n_event_headers; i++)
+		if (!header_reserved(tr->event_headers[i]) &&
+			!outbox_format_sets_header(ep->format, tr->event_headers[i]))
+			s = add_header_line(msg, tr->event_headers[i], false);
 	if (s != NATS_OK)
 	{
 		natsMsg_Destroy(msg);
-		fail_now(d, false, "NATS: could not make the message: %s", natsStatus_GetText(s));
+		fail_now(tr, false, "NATS: could not make the message: %s", natsStatus_GetText(s));
 		return;
 	}
 
@@ -968,19 +966,19 @@ nats_submit(Delivery *d, int relay_in_flight)
 		natsMsg_Destroy(msg);
 		(void) natsConnection_GetLastError(c->nc, &last);
 		if (natsConnection_Status(c->nc) != NATS_CONN_STATUS_CONNECTED)
-			fail_now(d, false, "NATS: not connected to a server%s%s%s%s%s",
+			fail_now(tr, false, "NATS: not connected to a server%s%s%s%s%s",
 					 last != NULL && last[0] ? "; last error: " : "",
 					 last != NULL ? last : "",
 					 c->first_failure,
 					 c->why[0] ? "; " : "", c->why);
 		else
-			fail_now(d, permanent_refusal(s, 0), "NATS: could not publish: %s",
+			fail_now(tr, permanent_refusal(s, 0), "NATS: could not publish: %s",
 					 nats_GetLastError(NULL) ? nats_GetLastError(NULL) : natsStatus_GetText(s));
 		return;
 	}
 	f = hash_search(in_flight, &key, HASH_ENTER, &found);
 	Assert(!found);
-	f->d = d;
+	f->tr = tr;
 	f->conn = c;
 	INSTR_TIME_SET_CURRENT(f->start);
 	c->used_at = GetCurrentTimestamp();
@@ -996,28 +994,27 @@ static void
 finish(NatsAck *a)
 {
 	NatsInFlight *f = hash_search(in_flight, &a->msg, HASH_FIND, NULL);
-	Delivery   *d;
+	TargetRequest *tr;
 	TargetResult *r;
 	instr_time	now;
 
 	if (f == NULL)
 		return;					/* cannot happen: every publish is entered */
-	d = f->d;
-	r = &d->result;
+	tr = f->tr;
+	r = tr->result;
 	INSTR_TIME_SET_CURRENT(now);
 	INSTR_TIME_SUBTRACT(now, f->start);
 	r->duration_ms = INSTR_TIME_GET_MILLISEC(now);
 	if (a->ok)
 	{
-		r->status = 200;
+		r->outcome = TARGET_DELIVERED;
 		r->response_len = snprintf(r->response, sizeof(r->response),
 								   "stream %s seq " UINT64_FORMAT "%s", a->stream, a->seq,
 								   a->duplicate ? " duplicate" : "");
 	}
 	else
 	{
-		r->rejected = permanent_refusal(a->status, a->err_code);
-		r->transport_error = !r->rejected;
+		r->outcome = permanent_refusal(a->status, a->err_code) ? TARGET_DEAD_LETTER : TARGET_RETRY;
 		if (a->status == NATS_NO_RESPONDERS)
 			snprintf(r->error, sizeof(r->error),
 					 "NATS: no stream answered on subject \"%s\" (no responders: no stream takes the subject, or its leader is being elected)",
@@ -1047,7 +1044,7 @@ finish(NatsAck *a)
 	nats_in_flight--;
 	hash_search(in_flight, &a->msg, HASH_REMOVE, NULL);
 	Assert(n_done < done_room);
-	done[n_done++] = d;
+	done[n_done++] = tr;
 }
 
 /*
@@ -1069,19 +1066,19 @@ conn_closed(NatsConn *c)
 	hash_seq_init(&seq, in_flight);
 	while ((f = hash_seq_search(&seq)) != NULL)
 	{
-		Delivery   *d;
+		TargetRequest *tr;
 
 		if (f->conn != c)
 			continue;
-		d = f->d;
-		snprintf(d->result.error, sizeof(d->result.error),
+		tr = f->tr;
+		snprintf(tr->result->error, sizeof(tr->result->error),
 				 "NATS: the connection closed before an acknowledgement came%s",
 				 c->first_failure);
-		d->result.transport_error = true;
+		tr->result->outcome = TARGET_RETRY;
 		c->in_flight--;
 		nats_in_flight--;
 		done_make_room();
-		done[n_done++] = d;
+		done[n_done++] = tr;
 		(void) hash_search(in_flight, &f->msg, HASH_REMOVE, NULL);
 	}
 }
@@ -1120,7 +1117,7 @@ waiting_fail(NatsConn *c)
 }
 
 /* The next delivery whose outcome is known, or NULL. */
-static Delivery *
+static TargetRequest *
 nats_next_done(void)
 {
 	if (done_next < n_done)
@@ -1226,7 +1223,7 @@ nats_abandon_all(void)
 }
 
 /* At the relay's start: the pipe, watched by the relay's wait. */
-void
+static void
 nats_start(void)
 {
 	HASHCTL		ctl;
@@ -1245,7 +1242,7 @@ nats_start(void)
  * After a reload: connections made under other allowed networks or another
  * outbox.ca_file retire.
  */
-void
+static void
 nats_configure(void)
 {
 	for (NatsConn *c = conns; c != NULL; c = c->next)
@@ -1266,6 +1263,8 @@ nats_check_url(const char *url, const char **problem)
 const TargetOps outbox_nats_target = {
 	.name = "nats",
 	.check_url = nats_check_url,
+	.start = nats_start,
+	.configure = nats_configure,
 	.submit = nats_submit,
 	.next_done = nats_next_done,
 	.poll = nats_poll,

@@ -25,7 +25,5 @@ typedef struct NatsUrl
 } NatsUrl;
 
 extern bool nats_parse_url(const char *url, NatsUrl *out, const char **problem);
-extern void nats_start(void);
-extern void nats_configure(void);
 
 #endif							/* OUTBOX_NATS_H */

@@ -52,7 +52,7 @@
  * most: TCP connect, handshake and each RPC), publishes, reads confirms as
  * they arrive (poll() on the connection's socket and its pipe), and moves
  * each finished message to the done list, writing a byte to one pipe that
- * the relay's wait watches (http_wait_also).  rabbitmq_poll() then fills
+ * the relay's wait watches (target_wake_pipe).  rabbitmq_poll() then fills
  * the deliveries' results in the relay's thread.  The threads never call
  * into PostgreSQL (no palloc, no ereport): they use malloc'd messages,
  * librabbitmq, the resolver and the address policy (address.c, on the
@@ -88,11 +88,10 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
-#include "targets/address.h"
-#include "relay/credentials.h"
-#include "relay/delivery.h"
-#include "targets/format.h"
 #include "guc.h"
+#include "targets/address.h"
+#include "targets/auth.h"
+#include "targets/format.h"
 #include "targets/rabbitmq.h"
 #include "targets/target.h"
 
@@ -115,7 +114,7 @@
 typedef struct AmqpMessage
 {
 	struct AmqpMessage *next;
-	Delivery   *d;				/* the relay's: the thread never touches it */
+	TargetRequest *tr;				/* the relay's: the thread never touches it */
 	instr_time	start;
 	instr_time	end;
 	uint64		deadline_ms;	/* monotonic: no confirm by then, give up */
@@ -178,7 +177,7 @@ typedef struct Publisher
 static Publisher *publishers = NULL;
 
 /* Deliveries whose outcome was collected, for rabbitmq_next_done(). */
-static Delivery **done = NULL;
+static TargetRequest **done = NULL;
 static int	n_done = 0;
 static int	done_next = 0;
 static int	done_room = 0;
@@ -1105,7 +1104,7 @@ publisher_forget_login(Publisher *p)
 
 /* Are the publisher's login and client certificate those of ep's auth now? */
 static bool
-publisher_login_is(const Publisher *p, const RelayEndpoint *ep)
+publisher_login_is(const Publisher *p, const TargetEndpoint *ep)
 {
 	const AuthConfig *a = ep->auth != NULL ? &ep->auth->cfg : NULL;
 
@@ -1129,7 +1128,7 @@ publisher_release(Publisher *p)
 
 /* A new publisher for ep, its thread running; NULL, with why, if not. */
 static Publisher *
-publisher_new(const RelayEndpoint *ep, char *why, size_t why_len)
+publisher_new(const TargetEndpoint *ep, char *why, size_t why_len)
 {
 	Publisher  *p;
 	const char *problem;
@@ -1210,7 +1209,7 @@ publisher_free(Publisher *p)
  * timeout or login is retired.  NULL, with why, when none can be made.
  */
 static Publisher *
-publisher_of(const RelayEndpoint *ep, char *why, size_t why_len)
+publisher_of(const TargetEndpoint *ep, char *why, size_t why_len)
 {
 	for (Publisher *p = publishers; p != NULL; p = p->next)
 	{
@@ -1230,17 +1229,17 @@ publisher_of(const RelayEndpoint *ep, char *why, size_t why_len)
  */
 
 static void
-done_push(Delivery *d)
+done_push(TargetRequest *tr)
 {
 	if (n_done >= done_room)
 	{
 		int			want = Max(64, done_room * 2);
 
-		done = done == NULL ? MemoryContextAlloc(TopMemoryContext, sizeof(Delivery *) * want) :
-			repalloc(done, sizeof(Delivery *) * want);
+		done = done == NULL ? MemoryContextAlloc(TopMemoryContext, sizeof(TargetRequest *) * want) :
+			repalloc(done, sizeof(TargetRequest *) * want);
 		done_room = want;
 	}
-	done[n_done++] = d;
+	done[n_done++] = tr;
 }
 
 /* Wake the relay's own wait: a result is ready without a thread's byte. */
@@ -1296,15 +1295,15 @@ line_value(const char *line, size_t name_len)
  * binding's names); the event's headers follow, but those the format sets.
  */
 static AmqpMessage *
-message_new(Delivery *d, Publisher *p)
+message_new(TargetRequest *tr, Publisher *p)
 {
-	RelayEndpoint *ep = d->batch->ep;
+	const TargetEndpoint *ep = tr->endpoint;
 	char		key[AMQP_NAME_MAX + 1];
 	char		when[64];
-	size_t		key_len = routing_key_of(p, d->type, key);
-	size_t		body_len = strlen(d->body);
-	size_t		type_len = strlen(d->type);
-	size_t		ekey_len = d->key != NULL ? strlen(d->key) : 0;
+	size_t		key_len = routing_key_of(p, tr->type, key);
+	size_t		body_len = strlen(tr->body);
+	size_t		type_len = strlen(tr->type);
+	size_t		ekey_len = tr->key != NULL ? strlen(tr->key) : 0;
 	EventParts	parts = {0};
 	char	   *format_lines[OUTBOX_FORMAT_MAX_HEADERS];
 	int			n_format;
@@ -1315,21 +1314,21 @@ message_new(Delivery *d, Publisher *p)
 	int			h = 0;
 	int64		secs;
 
-	parts.event_id = &d->event_id;
-	parts.type = d->type;
-	parts.emitted_at = d->emitted_at;
-	parts.key = d->key;
+	parts.event_id = &tr->event_id;
+	parts.type = tr->type;
+	parts.emitted_at = tr->emitted_at;
+	parts.key = tr->key;
 	n_format = outbox_format_headers(ep->format, &parts, format_lines);
-	n_headers = 2 + (d->key != NULL) + n_format + d->n_event_headers;
-	outbox_format_time(d->emitted_at, when);
-	secs = (int64) (timestamptz_to_time_t(d->emitted_at));
+	n_headers = 2 + (tr->key != NULL) + n_format + tr->n_event_headers;
+	outbox_format_time(tr->emitted_at, when);
+	secs = (int64) (timestamptz_to_time_t(tr->emitted_at));
 	size = MAXALIGN(sizeof(AmqpMessage)) + MAXALIGN(sizeof(amqp_table_entry_t) * n_headers) +
-		key_len + 1 + body_len + 1 + strlen(d->event_id_str) + 1 + type_len + 1 +
+		key_len + 1 + body_len + 1 + strlen(tr->event_id_str) + 1 + type_len + 1 +
 		ekey_len + 1 + strlen(when) + 1 + sizeof("type") + sizeof("key") + sizeof("timestamp");
 	for (int i = 0; i < n_format; i++)
 		size += strlen(format_lines[i]) + sizeof("cloudEvents_") + 2;
-	for (int i = 0; i < d->n_event_headers; i++)
-		size += strlen(d->event_headers[i]) + 2;
+	for (int i = 0; i < tr->n_event_headers; i++)
+		size += strlen(tr->event_headers[i]) + 2;
 	m = malloc(size);
 	if (m == NULL)
 	{
@@ -1340,21 +1339,21 @@ message_new(Delivery *d, Publisher *p)
 	memset(m, 0, sizeof(AmqpMessage));
 	m->headers = (amqp_table_entry_t *) ((char *) m + MAXALIGN(sizeof(AmqpMessage)));
 	at = (char *) m->headers + MAXALIGN(sizeof(amqp_table_entry_t) * n_headers);
-	m->d = d;
+	m->tr = tr;
 	m->routing_key = put(&at, key, key_len);
-	m->body = put(&at, d->body, body_len);
+	m->body = put(&at, tr->body, body_len);
 	m->body_len = body_len;
-	m->message_id = put(&at, d->event_id_str, strlen(d->event_id_str));
-	m->type = put(&at, d->type, type_len);
+	m->message_id = put(&at, tr->event_id_str, strlen(tr->event_id_str));
+	m->type = put(&at, tr->type, type_len);
 	m->timestamp = secs;
 	m->content_type = "application/json";
 	header_set(&m->headers[h++], put(&at, "type", 4), m->type);
 	header_set(&m->headers[h++], put(&at, "timestamp", 9), put(&at, when, strlen(when)));
-	if (d->key != NULL)
+	if (tr->key != NULL)
 	{
 		char	   *name = put(&at, "key", 3);
 
-		header_set(&m->headers[h++], name, put(&at, d->key, ekey_len));
+		header_set(&m->headers[h++], name, put(&at, tr->key, ekey_len));
 	}
 	for (int i = 0; i < n_format; i++)
 	{
@@ -1379,9 +1378,9 @@ message_new(Delivery *d, Publisher *p)
 	}
 	for (int i = 1; i < n_format; i++)
 		pfree(format_lines[i]);	/* (the first, Content-Type, is static) */
-	for (int i = 0; i < d->n_event_headers; i++)
+	for (int i = 0; i < tr->n_event_headers; i++)
 	{
-		const char *line = d->event_headers[i];
+		const char *line = tr->event_headers[i];
 		size_t		name_len = strcspn(line, ":");
 
 		if (outbox_format_sets_header(ep->format, line))
@@ -1399,20 +1398,20 @@ message_new(Delivery *d, Publisher *p)
  * collect it.
  */
 static void
-rabbitmq_submit(Delivery *d, int relay_in_flight)
+rabbitmq_submit(TargetRequest *tr, int relay_in_flight)
 {
-	RelayEndpoint *ep = d->batch->ep;
+	const TargetEndpoint *ep = tr->endpoint;
 	char		why[256];
 	Publisher  *p = publisher_of(ep, why, sizeof(why));
-	AmqpMessage *m = p != NULL ? message_new(d, p) : NULL;
+	AmqpMessage *m = p != NULL ? message_new(tr, p) : NULL;
 	bool		was_empty;
 
 	if (m == NULL)
 	{
-		d->result.transport_error = true;
-		snprintf(d->result.error, sizeof(d->result.error), "RabbitMQ: %s",
+		tr->result->outcome = TARGET_RETRY;
+		snprintf(tr->result->error, sizeof(tr->result->error), "RabbitMQ: %s",
 				 p == NULL ? why : "out of memory");
-		done_push(d);
+		done_push(tr);
 		relay_wake_self();
 		return;
 	}
@@ -1435,7 +1434,7 @@ rabbitmq_submit(Delivery *d, int relay_in_flight)
 }
 
 /* The next delivery whose outcome is known, or NULL. */
-static Delivery *
+static TargetRequest *
 rabbitmq_next_done(void)
 {
 	if (done_next < n_done)
@@ -1448,27 +1447,25 @@ rabbitmq_next_done(void)
 static void
 collect(AmqpMessage *m)
 {
-	Delivery   *d = m->d;
-	TargetResult *r = &d->result;
+	TargetRequest *tr = m->tr;
+	TargetResult *r = tr->result;
 
 	INSTR_TIME_SUBTRACT(m->end, m->start);
 	r->duration_ms = INSTR_TIME_GET_MILLISEC(m->end);
 	r->bytes = m->body_len;
 	if (m->ok)
 	{
-		r->status = 200;
+		r->outcome = TARGET_DELIVERED;
 		r->response_len = snprintf(r->response, sizeof(r->response),
 								   "confirmed, delivery tag " UINT64_FORMAT, m->tag);
 	}
 	else
 	{
-		r->status = 0;
-		r->rejected = m->rejected;
-		r->transport_error = !m->rejected;
+		r->outcome = m->rejected ? TARGET_DEAD_LETTER : TARGET_RETRY;
 		strlcpy(r->error, m->error, sizeof(r->error));
 	}
 	free(m);
-	done_push(d);
+	done_push(tr);
 }
 
 /*
@@ -1543,7 +1540,7 @@ rabbitmq_abandon_all(void)
 }
 
 /* At the relay's start: the pipe, watched by the relay's wait. */
-void
+static void
 rabbitmq_start(void)
 {
 	if (relay_wake[0] >= 0)
@@ -1555,7 +1552,7 @@ rabbitmq_start(void)
  * After a reload: publishers made under other allowed networks or another
  * outbox.ca_file retire.
  */
-void
+static void
 rabbitmq_configure(void)
 {
 	for (Publisher *p = publishers; p != NULL; p = p->next)
@@ -1576,6 +1573,8 @@ rabbitmq_check_url(const char *url, const char **problem)
 const TargetOps outbox_rabbitmq_target = {
 	.name = "rabbitmq",
 	.check_url = rabbitmq_check_url,
+	.start = rabbitmq_start,
+	.configure = rabbitmq_configure,
 	.submit = rabbitmq_submit,
 	.next_done = rabbitmq_next_done,
 	.poll = rabbitmq_poll,

@@ -28,7 +28,5 @@ typedef struct RabbitUrl
 } RabbitUrl;
 
 extern bool rabbitmq_parse_url(const char *url, RabbitUrl *out, const char **problem);
-extern void rabbitmq_start(void);
-extern void rabbitmq_configure(void);
 
 #endif							/* OUTBOX_RABBITMQ_H */

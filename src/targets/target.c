@@ -3,14 +3,15 @@
  * target.c
  *	  The delivery targets behind one interface (target.h): which target an
  *	  endpoint's URL names and that target's check of it (in any backend),
- *	  and the relay's calls spread over all of them.
+ *	  and the relay's calls spread over all of them, each target's
+ *	  operation in turn.
  *
- * The relay sleeps in one wait: http_wait() sleeps on the latch and on
- * libcurl's sockets, and on the pipes the Kafka target's queues and the
- * NATS target's acknowledgements and the RabbitMQ target's publisher
- * threads write to (http_wait_also); after it, every target reads what
- * arrived.  All but target_check_url runs in the relay, with no
- * transaction open.
+ * The relay sleeps in one wait (wait.c): on its latch, on what the targets
+ * registered there at their start (libcurl's sockets and clocks, the pipes
+ * the Kafka target's queues, the NATS target's acknowledgements and the
+ * RabbitMQ target's publisher threads write to); after it, every target
+ * reads what arrived (target_wait).  All but target_check_url runs in the
+ * relay, with no transaction open.
  *
  *-------------------------------------------------------------------------
  */
@@ -22,13 +23,9 @@
 
 #include "utils/memutils.h"
 
-#include "relay/delivery.h"
-#include "guc.h"
 #include "targets/http.h"
-#include "targets/kafka.h"
-#include "targets/nats.h"
-#include "targets/rabbitmq.h"
 #include "targets/target.h"
+#include "targets/wait.h"
 
 static const TargetOps *const targets[TARGET_KINDS] = {
 	[TARGET_WEBHOOK] = &outbox_webhook_target,
@@ -143,20 +140,21 @@ target_takes_slot(TargetKind kind)
  * for want of them: it grows at least twofold, from 64.
  */
 void
-target_reserve(struct Delivery ***list, int *room, int want)
+target_reserve(TargetRequest ***list, int *room, int want)
 {
 	if (want <= *room)
 		return;
 	want = Max(want, Max(64, *room * 2));
-	*list = *list == NULL ? MemoryContextAlloc(TopMemoryContext, sizeof(struct Delivery *) * want) :
-		repalloc(*list, sizeof(struct Delivery *) * want);
+	*list = *list == NULL ? MemoryContextAlloc(TopMemoryContext, sizeof(TargetRequest *) * want) :
+		repalloc(*list, sizeof(TargetRequest *) * want);
 	*room = want;
 }
 
 /*
  * Make the pipe through which a target's own threads wake the relay: both
  * ends non-blocking and closed on exec, the reading end in the relay's wait
- * (http_wait_also).  For the broker targets, at the relay's start.
+ * (wait.c), read by the target in its poll().  For the broker targets, at
+ * their start.
  */
 void
 target_wake_pipe(int fds[2])
@@ -168,50 +166,43 @@ target_wake_pipe(int fds[2])
 		(void) fcntl(fds[i], F_SETFL, O_NONBLOCK);
 		(void) fcntl(fds[i], F_SETFD, FD_CLOEXEC);
 	}
-	http_wait_also(fds[0]);
+	if (!wait_watch(fds[0], WL_SOCKET_READABLE, NULL, NULL))
+		elog(ERROR, "out of memory");
 }
 
-/*
- * At the relay's start: the HTTP client, sized by outbox.max_concurrency,
- * and the Kafka and NATS targets' wake-up pipes, watched from the first
- * wait on.
- */
+/* At the relay's start, before the first submit: every target, in order. */
 void
 target_start(void)
 {
-	http_start(outbox_max_concurrency);
-	kafka_start();
-	nats_start();
-	rabbitmq_start();
+	for (int i = 0; i < TARGET_KINDS; i++)
+		targets[i]->start();
 }
 
 /* After a configuration reload. */
 void
 target_configure(void)
 {
-	http_configure(outbox_max_concurrency);
-	kafka_configure();
-	nats_configure();
-	rabbitmq_configure();
+	for (int i = 0; i < TARGET_KINDS; i++)
+		targets[i]->configure();
 }
 
-/* Hand a delivery to its target; its result comes from target_next_done. */
+/* Hand a request to its target; its result comes from target_next_done. */
 void
-target_submit(Delivery *d, TargetKind kind, int relay_in_flight)
+target_submit(TargetRequest *req, TargetKind kind, int relay_in_flight)
 {
-	targets[kind]->submit(d, relay_in_flight);
+	targets[kind]->submit(req, relay_in_flight);
 }
 
-/* A delivery whose attempt finished, of any target, or NULL. */
-Delivery *
+/* A request whose attempt finished, of any target, or NULL. */
+TargetRequest *
 target_next_done(void)
 {
 	for (int i = 0; i < TARGET_KINDS; i++)
 	{
-		Delivery   *d = targets[i]->next_done();
+		TargetRequest *req = targets[i]->next_done();
 
-		if (d != NULL)
-			return d;
+		if (req != NULL)
+			return req;
 	}
 	return NULL;
 }
@@ -224,7 +215,7 @@ target_next_done(void)
 bool
 target_wait(long timeout_ms)
 {
-	bool		latch = http_wait(timeout_ms);
+	bool		latch = wait_sleep(timeout_ms);
 
 	for (int i = 0; i < TARGET_KINDS; i++)
 		targets[i]->poll();

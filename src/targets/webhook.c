@@ -1,9 +1,11 @@
 /*-------------------------------------------------------------------------
  *
  * webhook.c
- *	  The webhook target: a delivery as a signed HTTP POST (Standard
- *	  Webhooks), sent through libcurl (http.c) by the relay or one of its
- *	  sender processes (sender.c), and its response as a TargetResult.
+ *	  The webhook target: a request as a signed HTTP POST (Standard
+ *	  Webhooks), sent through libcurl (http.c) by the relay or one of the
+ *	  sender processes that registered (webhook.h), and its answer as a
+ *	  TargetResult: an outcome by the Standard Webhooks rules, the HTTP
+ *	  status and response as detail.
  *
  * The request carries the headers of the endpoint's format, the signature
  * over the body as sent (with the old key too while a secret rotates), the
@@ -20,16 +22,29 @@
 
 #include "utils/resowner.h"
 
-#include "relay/credentials.h"
-#include "relay/delivery.h"
+#include "guc.h"
+#include "targets/auth.h"
 #include "targets/format.h"
 #include "targets/http.h"
-#include "relay/sender.h"
 #include "targets/sign.h"
 #include "targets/target.h"
+#include "targets/webhook.h"
 
 /* pg_hmac's resource owner: the relay signs with no transaction open. */
 static ResourceOwner signing_owner = NULL;
+
+/* The relay's senders, once they registered; NULL: none. */
+static const WebhookSenders *senders = NULL;
+
+/*
+ * Send requests through these from now on, when they take them
+ * (relay/sender.c, at the relay's start).
+ */
+void
+webhook_use_senders(const WebhookSenders *s)
+{
+	senders = s;
+}
 
 static struct curl_slist *
 add_header(struct curl_slist *list, const char *line)
@@ -77,7 +92,7 @@ next_header_line(const char **lines, const char **name, size_t *name_len,
  * override (or add a second) Authorization, say, of the endpoint's.
  */
 static bool
-endpoint_sets_header(const RelayEndpoint *ep, const char *line)
+endpoint_sets_header(const TargetEndpoint *ep, const char *line)
 {
 	size_t		len = strcspn(line, ":");
 	const char *lines = ep->headers;
@@ -152,7 +167,7 @@ redact(HttpRequest *req, const char *value, size_t len, bool truncated)
  * or only the token in it, would put them there.
  */
 static void
-redact_response(const RelayEndpoint *ep, HttpRequest *req)
+redact_response(const TargetEndpoint *ep, HttpRequest *req)
 {
 	bool		truncated = req->response_cut;
 	const char *lines = ep->headers;
@@ -167,7 +182,7 @@ redact_response(const RelayEndpoint *ep, HttpRequest *req)
 	if (req->response_len == 0)
 		return;
 	/* its client authentication's: a bearer token, OAuth2 tokens */
-	nsecrets = credentials_secrets(ep, secrets);
+	nsecrets = auth_secrets(ep->auth, secrets);
 	for (int i = 0; i < nsecrets; i++)
 		if (strlen(secrets[i]) >= REDACT_MIN_LEN)
 			redact(req, secrets[i], strlen(secrets[i]), truncated);
@@ -197,21 +212,21 @@ redact_response(const RelayEndpoint *ep, HttpRequest *req)
 }
 
 /*
- * Build the signed request of one delivery and hand it to libcurl: the
+ * Build the signed HTTP request of one attempt and hand it to libcurl: the
  * headers of its endpoint's format, the signature over the body as sent
  * (in every format), the endpoint's headers and its Authorization from
  * auth, then the event's, except those the endpoint or the format sets
- * itself; and its client certificate.  An OAuth2 endpoint has its token
- * (credentials_state).  The request is allocated in current memory, the
- * delivery's batch's.
+ * itself; and its client certificate.  An OAuth2 endpoint has its token:
+ * the relay waits for one before it submits.  The HTTP request is
+ * allocated in current memory, which the caller keeps until next_done.
  */
 static void
-webhook_submit(Delivery *d, int relay_in_flight)
+webhook_submit(TargetRequest *tr, int relay_in_flight)
 {
-	RelayEndpoint *ep = d->batch->ep;
+	const TargetEndpoint *ep = tr->endpoint;
 	struct curl_slist *h = NULL;
 	int64		ts = (int64) time(NULL);
-	size_t		body_len = strlen(d->body);
+	size_t		body_len = strlen(tr->body);
 	char		sig[OUTBOX_SIGNATURE_LEN];
 	char		old_sig[OUTBOX_SIGNATURE_LEN];
 	char		line[256];
@@ -225,24 +240,24 @@ webhook_submit(Delivery *d, int relay_in_flight)
 		signing_owner = ResourceOwnerCreate(NULL, "outbox webhook signing");
 	/* pg_hmac may register with a resource owner; we have no transaction. */
 	CurrentResourceOwner = signing_owner;
-	outbox_sign(ep->key, ep->keylen, d->event_id_str, strlen(d->event_id_str), ts,
-				d->body, body_len, sig);
+	outbox_sign(ep->key, ep->keylen, tr->event_id_str, strlen(tr->event_id_str), ts,
+				tr->body, body_len, sig);
 	if (ep->old_keylen > 0)
-		outbox_sign(ep->old_key, ep->old_keylen, d->event_id_str, strlen(d->event_id_str), ts,
-					d->body, body_len, old_sig);
+		outbox_sign(ep->old_key, ep->old_keylen, tr->event_id_str, strlen(tr->event_id_str), ts,
+					tr->body, body_len, old_sig);
 	CurrentResourceOwner = save;
 
-	parts.event_id = &d->event_id;
-	parts.type = d->type;
-	parts.emitted_at = d->emitted_at;
-	parts.key = d->key;
+	parts.event_id = &tr->event_id;
+	parts.type = tr->type;
+	parts.emitted_at = tr->emitted_at;
+	parts.key = tr->key;
 	n_format_lines = outbox_format_headers(ep->format, &parts, format_lines);
 	for (int i = 0; i < n_format_lines; i++)
 		h = add_header(h, format_lines[i]);
 	for (int i = 1; i < n_format_lines; i++)
 		pfree(format_lines[i]);	/* (the first, Content-Type, is static) */
 	h = add_header(h, "Expect:");
-	snprintf(line, sizeof(line), "webhook-id: %s", d->event_id_str);
+	snprintf(line, sizeof(line), "webhook-id: %s", tr->event_id_str);
 	h = add_header(h, line);
 	snprintf(line, sizeof(line), "webhook-timestamp: " INT64_FORMAT, ts);
 	h = add_header(h, line);
@@ -267,7 +282,7 @@ webhook_submit(Delivery *d, int relay_in_flight)
 	{
 		if (ep->auth->header != NULL)
 			h = add_header(h, ep->auth->header);
-		d->auth_generation = ep->auth->generation;
+		tr->auth_generation = ep->auth->generation;
 		req->client_cert = ep->auth->cfg.client_cert;
 		req->client_key = ep->auth->cfg.client_key;
 	}
@@ -276,66 +291,104 @@ webhook_submit(Delivery *d, int relay_in_flight)
 	 * auth's Authorization too), and the format's (binary mode's ce-*
 	 * attributes) over both.
 	 */
-	for (int i = 0; i < d->n_event_headers; i++)
-		if (!endpoint_sets_header(ep, d->event_headers[i]) &&
-			!outbox_format_sets_header(ep->format, d->event_headers[i]) &&
-			!(credentials_set_authorization(ep) &&
-			  pg_strncasecmp(d->event_headers[i], "authorization:", 14) == 0))
-			h = add_header(h, d->event_headers[i]);
+	for (int i = 0; i < tr->n_event_headers; i++)
+		if (!endpoint_sets_header(ep, tr->event_headers[i]) &&
+			!outbox_format_sets_header(ep->format, tr->event_headers[i]) &&
+			!(auth_sets_authorization(ep->auth) &&
+			  pg_strncasecmp(tr->event_headers[i], "authorization:", 14) == 0))
+			h = add_header(h, tr->event_headers[i]);
 
 	req->url = ep->url;
-	req->body = d->body;
+	req->body = tr->body;
 	req->body_len = body_len;
 	req->headers = h;
 	req->timeout_ms = ep->timeout_ms;
-	req->owner = d;
-	if (!senders_submit(req, relay_in_flight))
+	req->owner = tr;
+	if (senders == NULL || !senders->submit(req, relay_in_flight))
 		http_submit(req);
 }
 
 /*
- * The next finished request, the relay's own or a sender's, as its
- * delivery's result: the response kept has the endpoint's header values
- * and client authentication's secrets taken out.  NULL when none
- * finished.  A finished OAuth2 token request on the way is handed to
- * credentials.c, which keeps its token (credentials_next_answered).
+ * What a receiver's answer (or its absence) means for the event, by the
+ * Standard Webhooks rules: 2xx is delivered; "webhook-delivery:
+ * abort-message" makes a dead letter of anything else; no answer, 408,
+ * 425, 429, 410 (the relay disables the endpoint), 3xx (redirects are not
+ * followed), 5xx and "webhook-delivery: disable" ask to try again; other
+ * 4xx are permanent.
  */
-static Delivery *
+static TargetOutcome
+answer_outcome(const HttpRequest *req)
+{
+	long		status = req->status;
+
+	if (!req->transport_error && status >= 200 && status < 300)
+		return TARGET_DELIVERED;
+	if (pg_strcasecmp(req->delivery, "abort-message") == 0)
+		return TARGET_DEAD_LETTER;
+	if (req->transport_error || pg_strcasecmp(req->delivery, "disable") == 0)
+		return TARGET_RETRY;
+	if (status == 408 || status == 425 || status == 429 || status == 410)
+		return TARGET_RETRY;
+	if (status >= 400 && status < 500)
+		return TARGET_DEAD_LETTER;
+	return TARGET_RETRY;
+}
+
+/*
+ * The next finished request, the relay's own or a sender's, as its
+ * attempt's result: the response kept has the endpoint's header values
+ * and client authentication's secrets taken out.  NULL when none
+ * finished.  A finished request that is no delivery's (an OAuth2 token
+ * request) is handed to its done callback on the way.
+ */
+static TargetRequest *
 webhook_next_done(void)
 {
 	HttpRequest *req;
-	Delivery   *d;
+	TargetRequest *tr;
 	TargetResult *r;
 
-	/* (an OAuth2 token request is the relay's, not a delivery's) */
-	while ((req = http_next_done()) != NULL && req->token_request)
-		credentials_fetch_done(req);
-	if (req == NULL)
-		req = senders_next_done();
+	while ((req = http_next_done()) != NULL && req->done != NULL)
+		req->done(req);
+	if (req == NULL && senders != NULL)
+		req = senders->next_done();
 	if (req == NULL)
 		return NULL;
-	d = (Delivery *) req->owner;
-	redact_response(d->batch->ep, req);
-	r = &d->result;
-	r->status = req->status;
-	r->transport_error = req->transport_error;
-	r->rejected = false;
+	tr = (TargetRequest *) req->owner;
+	redact_response(tr->endpoint, req);
+	r = tr->result;
+	r->outcome = answer_outcome(req);
 	strlcpy(r->error, req->error, sizeof(r->error));
 	r->duration_ms = req->duration_ms;
+	r->bytes = req->body_len;
 	memcpy(r->response, req->response, req->response_len);
 	r->response[req->response_len] = '\0';
 	r->response_len = req->response_len;
 	r->response_cut = req->response_cut;
+	r->status = req->status;
 	strlcpy(r->delivery, req->delivery, sizeof(r->delivery));
 	strlcpy(r->retry_after, req->retry_after, sizeof(r->retry_after));
-	r->bytes = req->body_len;
-	return d;
+	return tr;
 }
 
-/* libcurl's sockets are in the relay's wait (http_wait): nothing to poll. */
+/* libcurl's sockets are in the relay's wait (http.c): nothing to poll. */
 static void
 webhook_poll(void)
 {
+}
+
+/* At the relay's start: the HTTP client, sized by outbox.max_concurrency. */
+static void
+webhook_start(void)
+{
+	http_start(outbox_max_concurrency);
+}
+
+/* After a reload: outbox.max_concurrency, the address policy, the CA file. */
+static void
+webhook_configure(void)
+{
+	http_configure(outbox_max_concurrency);
 }
 
 /* TargetOps.check_url: http and https URLs, as libcurl normalizes them. */
@@ -348,6 +401,8 @@ webhook_check_url(const char *url, const char **problem)
 const TargetOps outbox_webhook_target = {
 	.name = "webhook",
 	.check_url = webhook_check_url,
+	.start = webhook_start,
+	.configure = webhook_configure,
 	.submit = webhook_submit,
 	.next_done = webhook_next_done,
 	.poll = webhook_poll,

@@ -12,14 +12,19 @@
 #   OUTBOX_TIERS=tap PROVE_TESTS="t/008_hostile.pl" bash scripts/test.sh
 # and PROVE_VERBOSE=1 prints each TAP test's lines (the figures in their
 # names).
-# The extension is installed into the one PostgreSQL of the machine, so
-# runs from two checkouts take turns (a lock on /tmp/outbox-test.lock).
+# PG_MAJOR picks the PostgreSQL to build and test against: 15 (Debian's, the
+# default), 17 or 18 (built once by scripts/pg.sh; 18 with assertions, see
+# OUTBOX_CASSERT there), e.g.
+#   PG_MAJOR=17 OUTBOX_TIERS="regress isolation" bash scripts/test.sh
+# The extension is installed into that PostgreSQL, so runs for one major
+# from two checkouts take turns (a lock on /tmp/outbox-test.lock for 15,
+# /tmp/outbox-test-MAJOR.lock for the others).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=scripts/copy_tree.sh
 . "$ROOT/scripts/copy_tree.sh"
-PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
+PG_MAJOR=${PG_MAJOR:-15}
 
 # The same messages and collation on every machine, and no stray connection
 # settings: every instance the suite uses is private.
@@ -27,6 +32,9 @@ export LC_ALL=C.UTF-8
 unset PGHOST PGHOSTADDR PGPORT PGDATA PGDATABASE PGUSER PGSERVICE PGOPTIONS
 
 bash "$ROOT/scripts/deps.sh"
+# (builds that PostgreSQL the first time, which takes minutes)
+PG_CONFIG=$(bash "$ROOT/scripts/pg.sh" "$PG_MAJOR" | tail -n 1)
+echo "== PostgreSQL $("$PG_CONFIG" --version | sed 's/^PostgreSQL //'): $PG_CONFIG"
 
 SCRATCH=$(mktemp -d /tmp/outbox-test.XXXXXX)
 
@@ -70,7 +78,12 @@ pgmake()
 }
 
 # Two runs must not install two builds under each other's tests.
-exec 9>/tmp/outbox-test.lock
+if [ "$PG_MAJOR" = 15 ]; then
+	LOCK=/tmp/outbox-test.lock
+else
+	LOCK=/tmp/outbox-test-$PG_MAJOR.lock
+fi
+exec 9>"$LOCK"
 if ! flock -n 9; then
 	echo "test.sh: waiting for another run of the suite to finish"
 	flock 9
@@ -125,9 +138,10 @@ run_tier()
 		skipped=$(grep -cE '\.pl \.+ skipped:' "$log" || true)
 		passed=$(( ${files:-0} - failed - skipped ))
 	else
-		# pg_regress: "test name ... ok" or "... FAILED" / "... failed".
-		passed=$(grep -cE '\.\.\. ok\b' "$log" || true)
-		failed=$(grep -cE '\.\.\. (FAILED|failed)\b' "$log" || true)
+		# pg_regress: "test name ... ok" or "... FAILED" / "... failed"
+		# up to 15; from 16 TAP-like, "ok 1 - name" or "not ok 1 - name".
+		passed=$(grep -cE '\.\.\. ok\b|^ok [0-9]+ ' "$log" || true)
+		failed=$(grep -cE '\.\.\. (FAILED|failed)\b|^not ok [0-9]+ ' "$log" || true)
 	fi
 	if [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ]; then
 		failed=1    # the runner itself failed (initdb, start, crash, ...)

@@ -21,12 +21,19 @@ SELECT e.extname, e.extversion, n.nspname AS ext_schema
  WHERE e.extname = 'outbox';
 SELECT nspname FROM pg_namespace WHERE nspname = 'outbox';
 
--- Every object that belongs to the extension.
+-- Every object that belongs to the extension.  From PostgreSQL 17 the row
+-- types of tables and views and the array types are members too; each
+-- follows its relation or element type, and is left out here so that the
+-- list is the same on every version.
 SELECT pg_describe_object(classid, objid, objsubid) AS member
   FROM pg_depend
  WHERE refclassid = 'pg_extension'::regclass
    AND refobjid = (SELECT oid FROM pg_extension WHERE extname = 'outbox')
    AND deptype = 'e'
+   AND NOT (classid = 'pg_type'::regclass AND objid IN (
+        SELECT t.oid FROM pg_type t LEFT JOIN pg_class c ON c.oid = t.typrelid
+         WHERE c.relkind IN ('r', 'p', 'v', 'm', 'f')
+            OR EXISTS (SELECT FROM pg_type e WHERE e.typarray = t.oid)))
  ORDER BY pg_describe_object(classid, objid, objsubid) COLLATE "C";
 
 -- Relations in schema outbox: kind, persistence (all logged), partitioning.

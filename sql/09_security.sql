@@ -43,6 +43,7 @@ SELECT 'function', p.proname,
                                               WHEN 'timestamp with time zone' THEN $$'2000-01-01'::timestamptz$$
                                               WHEN 'text[]' THEN $$'{*}'::text[]$$
                                               WHEN 'pg_snapshot' THEN $$'1:1:'::pg_snapshot$$
+                                              WHEN 'xid8' THEN $$'1'::xid8$$
                                               ELSE format('%L::%s', '{}', format_type(t, NULL)) END,
                                           ', ' ORDER BY o)
                           FROM unnest(p.proargtypes::oid[]) WITH ORDINALITY AS a(t, o)), ''))

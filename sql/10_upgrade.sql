@@ -11,10 +11,13 @@ SELECT current_database() AS regress_db \gset
 -- owner, privileges, partition key and bound, view query, index
 -- definition), columns in order (type, NOT NULL, default, identity,
 -- collation, privileges), composite types' attributes among them,
--- constraints (keys, checks, foreign keys), triggers, rules, policies,
--- sequences, types, functions whole (arguments and defaults, result,
--- language, volatility, strictness, security, SET clauses, body) with
--- owner and privileges, and comments.  Privileges are compared as they take
+-- constraints (keys, checks, foreign keys; NOT NULL is on the column's
+-- line, since from PostgreSQL 18 a NOT NULL constraint also has a name,
+-- which the server makes from the table's name when it was created, and
+-- the update scripts built some tables under another name), triggers,
+-- rules, policies, sequences, types, functions whole (arguments and
+-- defaults, result, language, volatility, strictness, security, SET
+-- clauses, body) with owner and privileges, and comments.  Privileges are compared as they take
 -- effect: a NULL ACL is the default one written out.  The initial
 -- privileges pg_dump compares with (pg_init_privs) are compared too, those
 -- that differ from the default (as no row does): an update that recorded
@@ -67,7 +70,7 @@ LANGUAGE sql AS $$
     SELECT format('constraint %s on %s: %s', co.conname,
                   coalesce(co.conrelid::regclass::text, format_type(co.contypid, NULL)),
                   pg_get_constraintdef(co.oid))
-      FROM pg_constraint co, ns WHERE co.connamespace = ns.oid
+      FROM pg_constraint co, ns WHERE co.connamespace = ns.oid AND co.contype <> 'n'
     UNION ALL
     SELECT format('trigger %s enabled %s', pg_get_triggerdef(t.oid), t.tgenabled)
       FROM pg_trigger t JOIN rel c ON c.oid = t.tgrelid

@@ -23,6 +23,7 @@
 #include "utils/guc.h"
 #include "utils/memutils.h"
 
+#include "compat.h"
 #include "guc.h"
 #include "relay/policy.h"
 #include "targets/address.h"
@@ -61,7 +62,7 @@ check_retry_schedule(char **newval, void **extra, GucSource source)
 							OUTBOX_MAX_SCHEDULE);
 		return false;
 	}
-	*extra = malloc(sizeof(RetrySchedule));	/* freed by the GUC machinery */
+	*extra = outbox_guc_malloc(sizeof(RetrySchedule));	/* freed by the GUC machinery */
 	if (*extra == NULL)
 		return false;
 	memcpy(*extra, &parsed, sizeof(RetrySchedule));
@@ -86,7 +87,7 @@ check_allowed_networks(char **newval, void **extra, GucSource source)
 							error);
 		return false;
 	}
-	*extra = malloc(sizeof(NetworkList));	/* freed by the GUC machinery */
+	*extra = outbox_guc_malloc(sizeof(NetworkList));	/* freed by the GUC machinery */
 	if (*extra == NULL)
 		return false;
 	memcpy(*extra, &parsed, sizeof(NetworkList));

@@ -37,6 +37,7 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
+#include "compat.h"
 #include "guc.h"
 #include "shmem.h"
 
@@ -377,7 +378,7 @@ outbox_relay_attach(int slot, Oid dboid)
 	s->started_at = GetCurrentTimestamp();
 	s->exit_reason = RELAY_EXIT_UNKNOWN;
 	pg_write_barrier();
-	pg_atomic_write_u32(&s->procno, (uint32) MyProc->pgprocno);
+	pg_atomic_write_u32(&s->procno, (uint32) MyProcNumber);
 	pg_atomic_write_u32(&s->pid, (uint32) MyProcPid);
 }
 

@@ -271,7 +271,8 @@ SELECT pid FROM pg_stat_activity
 		# kill then succeeds and nothing crashes.  So the victim too, unless
 		# the postmaster soon says the client's backend was killed.
 		my $killed = kill 'KILL', $victim_pid;
-		my $said = qr/server process \(PID $victim_pid\) was terminated by signal 9/;
+		# (a "server process" up to 16, a "client backend" from 17)
+		my $said = qr/(?:server process|client backend) \(PID $victim_pid\) was terminated by signal 9/;
 		my $until = time() + 5;
 		usleep(50_000) while $killed && time() < $until
 		  && slurp_file($node->logfile, $log_offset) !~ $said;
@@ -310,7 +311,7 @@ SELECT pid FROM pg_stat_activity
 	my $crash_log = slurp_file($node->logfile, $log_offset);
 	my $evidence =
 	    $kind eq 'relay' ? qr/background worker "outbox relay" \(PID $victim_pid\) was terminated by signal 9/
-	  : $kind eq 'backend' ? qr/server process \(PID $victim_pid\) was terminated by signal 9/
+	  : $kind eq 'backend' ? qr/(?:server process|client backend) \(PID $victim_pid\) was terminated by signal 9/
 	  :                      qr/received immediate shutdown request/;
 	like($crash_log, $evidence, "round $round ($kind): the crash happened");
 

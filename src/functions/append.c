@@ -55,6 +55,7 @@
 #include "utils/timestamp.h"
 #include "utils/xid8.h"
 
+#include "compat.h"
 #include "functions/append.h"
 
 #define NSLOTS 3
@@ -309,7 +310,7 @@ outbox_append_begin(void)
 	rte->relid = RelationGetRelid(a->partition);
 	rte->relkind = RELKIND_RELATION;
 	rte->rellockmode = RowExclusiveLock;
-	ExecInitRangeTable(a->estate, list_make1(rte));
+	outbox_init_range_table(a->estate, rte);
 	a->result = makeNode(ResultRelInfo);
 	InitResultRelInfo(a->result, a->partition, 1, NULL, 0);
 	/* so that ExecCloseResultRelations closes its indexes and what triggers open */
@@ -368,7 +369,7 @@ insert_tuple(Appender *a, TupleTableSlot *tuple)
 		ExecConstraints(result, tuple, a->estate);
 	table_tuple_insert(a->partition, tuple, a->estate->es_output_cid, 0, NULL);
 	if (result->ri_NumIndices > 0)
-		recheck = ExecInsertIndexTuples(result, tuple, a->estate, false, false, NULL, NIL);
+		recheck = outbox_insert_index_tuples(result, tuple, a->estate);
 	ExecARInsertTriggers(a->estate, result, tuple, recheck, NULL);
 	list_free(recheck);
 }

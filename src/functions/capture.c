@@ -26,6 +26,8 @@
 #include "access/htup_details.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_index.h"
+#include "catalog/pg_namespace.h"
+#include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
 #include "fmgr.h"
@@ -40,6 +42,7 @@
 #include "utils/rel.h"
 #include "utils/syscache.h"
 
+#include "compat.h"
 #include "functions/append.h"
 #include "functions/emit.h"
 #include "functions/validate.h"
@@ -78,12 +81,12 @@ check_rights(void)
 	Oid			emit;
 	AclResult	acl;
 
-	acl = pg_namespace_aclcheck(namespace, GetUserId(), ACL_USAGE);
+	acl = object_aclcheck(NamespaceRelationId, namespace, GetUserId(), ACL_USAGE);
 	if (acl != ACLCHECK_OK)
 		aclcheck_error(acl, OBJECT_SCHEMA, "outbox");
 	emit = LookupFuncName(list_make2(makeString("outbox"), makeString("emit")),
 						  8, argtypes, false);
-	acl = pg_proc_aclcheck(emit, GetUserId(), ACL_EXECUTE);
+	acl = object_aclcheck(ProcedureRelationId, emit, GetUserId(), ACL_EXECUTE);
 	if (acl != ACLCHECK_OK)
 		aclcheck_error(acl, OBJECT_FUNCTION, "emit");
 }

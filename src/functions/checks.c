@@ -28,6 +28,7 @@
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 
+#include "compat.h"
 #include "targets/auth.h"
 #include "targets/format.h"
 #include "targets/http.h"
@@ -256,7 +257,7 @@ outbox_new_secret(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INTERNAL_ERROR),
 				 errmsg("could not generate a random signing secret")));
 	memcpy(out, OUTBOX_SECRET_PREFIX, OUTBOX_SECRET_PREFIX_LEN);
-	n = pg_b64_encode((char *) key, sizeof(key), out + OUTBOX_SECRET_PREFIX_LEN, sizeof(out) - OUTBOX_SECRET_PREFIX_LEN - 1);
+	n = outbox_b64_encode(key, sizeof(key), out + OUTBOX_SECRET_PREFIX_LEN, sizeof(out) - OUTBOX_SECRET_PREFIX_LEN - 1);
 	explicit_bzero(key, sizeof(key));
 	if (n < 0)
 		elog(ERROR, "could not encode signing secret");

@@ -13,6 +13,7 @@
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
+#include "compat.h"
 #include "targets/sign.h"
 
 PG_FUNCTION_INFO_V1(verify_signature);

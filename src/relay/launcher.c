@@ -50,6 +50,7 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
+#include "compat.h"
 #include "guc.h"
 #include "relay/launcher.h"
 #include "shmem.h"
@@ -340,7 +341,7 @@ outbox_launcher_main(Datum arg)
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
 	pgstat_report_appname("outbox launcher");
-	outbox_set_launcher(MyProc->pgprocno);
+	outbox_set_launcher(MyProcNumber);
 
 	memset(&ctl, 0, sizeof(ctl));
 	ctl.keysize = sizeof(Oid);
@@ -442,7 +443,7 @@ hold_off_database(const char *name)
 		return;
 	dboid = get_database_oid(name, true);
 	/* Only for whom the command can succeed: its owner or a superuser. */
-	if (OidIsValid(dboid) && pg_database_ownercheck(dboid, GetUserId()))
+	if (OidIsValid(dboid) && object_ownercheck(DatabaseRelationId, dboid, GetUserId()))
 		outbox_hold_off(dboid, HOLD_SECONDS);
 }
 

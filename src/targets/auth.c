@@ -35,6 +35,7 @@
 #include "utils/jsonb.h"
 #include "utils/memutils.h"
 
+#include "compat.h"
 #include "targets/auth.h"
 #include "targets/http.h"
 
@@ -342,7 +343,7 @@ auth_basic_header(const AuthConfig *a)
 	len = pg_b64_enc_len(pair.len);
 	line = palloc(prefix + len + 1);
 	memcpy(line, "Authorization: Basic ", prefix);
-	len = pg_b64_encode(pair.data, pair.len, line + prefix, len);
+	len = outbox_b64_encode(pair.data, pair.len, line + prefix, len);
 	line[prefix + Max(len, 0)] = '\0';
 	/* the pair holds the secret: not left behind in memory */
 	explicit_bzero(pair.data, pair.len);
@@ -367,7 +368,7 @@ typedef struct TokenParse
 	bool		top_is_object;
 } TokenParse;
 
-static void
+static OutboxJsonResult
 tp_nest(void *state)
 {
 	TokenParse *p = (TokenParse *) state;
@@ -375,36 +376,40 @@ tp_nest(void *state)
 	if (p->depth == 0)
 		p->top_is_object = true;
 	p->depth++;
+	return OUTBOX_JSON_OK;
 }
 
-static void
+static OutboxJsonResult
 tp_array(void *state)
 {
 	((TokenParse *) state)->depth++;
+	return OUTBOX_JSON_OK;
 }
 
-static void
+static OutboxJsonResult
 tp_unnest(void *state)
 {
 	((TokenParse *) state)->depth--;
+	return OUTBOX_JSON_OK;
 }
 
-static void
+static OutboxJsonResult
 tp_field(void *state, char *fname, bool isnull)
 {
 	TokenParse *p = (TokenParse *) state;
 
 	if (p->depth == 1)
 		p->field = fname;
+	return OUTBOX_JSON_OK;
 }
 
-static void
+static OutboxJsonResult
 tp_scalar(void *state, char *token, JsonTokenType type)
 {
 	TokenParse *p = (TokenParse *) state;
 
 	if (p->depth != 1 || p->field == NULL)
-		return;
+		return OUTBOX_JSON_OK;
 	if (strcmp(p->field, "access_token") == 0)
 	{
 		p->access_token = token;
@@ -419,6 +424,7 @@ tp_scalar(void *state, char *token, JsonTokenType type)
 	}
 	else if (strcmp(p->field, "error") == 0 && type == JSON_TOKEN_STRING)
 		p->error = token;
+	return OUTBOX_JSON_OK;
 }
 
 /*
@@ -469,7 +475,7 @@ parse_token_json(char *body, size_t len, TokenParse *p)
 	sem.scalar = tp_scalar;
 	if (len > OUTBOX_TOKEN_RESPONSE_MAX || json_depth(body, len, 16) > 16)
 		return false;
-	lex = makeJsonLexContextCstringLen(body, (int) len, PG_UTF8, true);
+	lex = outbox_make_json_lex(body, len, PG_UTF8, true);
 	return pg_parse_json(lex, &sem) == JSON_SUCCESS && p->top_is_object;
 }
 

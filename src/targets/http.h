@@ -10,12 +10,13 @@
 #ifndef OUTBOX_HTTP_H
 #define OUTBOX_HTTP_H
 
+#include "compat.h"
 #include "targets/response.h"
 
 #define OUTBOX_MAX_URL			2048
 
 extern char *http_check_url(const char *url, const char *what);
-extern void http_bad_url(const char *url, const char *what, const char *detail) pg_attribute_noreturn();
+pg_noreturn extern void http_bad_url(const char *url, const char *what, const char *detail);
 extern int	http_socket_room(int wanted);
 extern void http_start(int max_total);
 extern void http_configure(int max_total);

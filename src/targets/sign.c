@@ -19,6 +19,7 @@
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
+#include "compat.h"
 #include "targets/sign.h"
 
 /*
@@ -42,7 +43,7 @@ outbox_secret_key(const char *secret, int len, uint8 *key, int *keylen)
 	for (int i = 0; i < len; i++)
 		if (isspace((unsigned char) secret[i]))
 			return false;
-	n = pg_b64_decode(secret, len, buf, sizeof(buf));
+	n = outbox_b64_decode(secret, len, buf, sizeof(buf));
 	if (n >= OUTBOX_KEY_MIN && n <= OUTBOX_KEY_MAX)
 	{
 		memcpy(key, buf, n);
@@ -99,7 +100,7 @@ outbox_sign(const uint8 *key, int keylen,
 		elog(ERROR, "could not compute HMAC-SHA256: %s", err);
 	}
 	pg_hmac_free(ctx);
-	n = pg_b64_encode((char *) mac, sizeof(mac), signature, OUTBOX_SIGNATURE_LEN - 1);
+	n = outbox_b64_encode(mac, sizeof(mac), signature, OUTBOX_SIGNATURE_LEN - 1);
 	if (n < 0)
 		elog(ERROR, "could not encode signature");
 	signature[n] = '\0';

@@ -26,6 +26,7 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
+#include "compat.h"
 #include "targets/wait.h"
 
 /* A socket watched: for what, and whom to tell (NULL: its owner reads it). */
@@ -125,7 +126,7 @@ build_wait_set(void)
 		return;
 	if (wait_set != NULL)
 		FreeWaitEventSet(wait_set);
-	wait_set = CreateWaitEventSet(TopMemoryContext, 2 + n_watched);
+	wait_set = outbox_create_wait_event_set(2 + n_watched);
 	AddWaitEventToSet(wait_set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
 	AddWaitEventToSet(wait_set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
 	for (int i = 0; i < n_watched; i++)

@@ -1,0 +1,293 @@
+# The Redis target against a real redis-server (started here on 127.0.0.1,
+# appendfsync always, its files in a temporary directory) and real BullMQ
+# Workers from npm (bullmq 6 and 5, t/node/bullmq_worker.js): jobs arrive
+# with their name, data, id template, attempts and backoff, and a Worker
+# that throws once sees BullMQ's own retry; priorities keep their order; the
+# same event added twice runs once and is recorded delivered; a paused
+# queue takes jobs; URLs and job ids BullMQ would refuse are refused; stream
+# entries carry the event's fields; a Redis stopped and started while
+# events flow loses nothing; hostile replies fail the attempt and the relay
+# keeps running.
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::Bin;
+use OutboxTest qw(:all);
+use IO::Socket::INET;
+use IPC::Run;
+use JSON::PP;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(usleep);
+
+my $server = '/usr/bin/redis-server';
+plan skip_all => 'redis-server is not installed (scripts/deps.sh)' unless -x $server;
+my $worker = "$FindBin::Bin/node/bullmq_worker.js";
+-d "$FindBin::Bin/node/node_modules/bullmq" && -d "$FindBin::Bin/node/node_modules/bullmq5"
+  or die 'npm packages bullmq and bullmq5 missing in t/node (scripts/deps.sh)';
+
+# Redis: its own port and directory; every acknowledged write on disk.
+my $dir = PostgreSQL::Test::Utils::tempdir;
+my $port = PostgreSQL::Test::Cluster::get_free_port();
+my $redis;
+my $redis_out = '';
+
+sub redis_up
+{
+	my $sock = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port, Timeout => 1);
+	return defined $sock;
+}
+
+sub start_redis
+{
+	$redis = IPC::Run::start(
+		[ $server, '--port', $port, '--bind', '127.0.0.1', '--dir', $dir, '--save', '',
+		  '--appendonly', 'yes', '--appendfsync', 'always', '--daemonize', 'no' ],
+		'<', \undef, '>&', \$redis_out);
+	my $deadline = time() + 30;
+	until (redis_up())
+	{
+		die "redis-server did not start:\n$redis_out" if time() > $deadline || !$redis->pumpable;
+		usleep(100_000);
+	}
+}
+
+sub stop_redis
+{
+	return unless $redis;
+	$redis->signal('TERM');    # a clean shutdown: the AOF is complete
+	$redis->finish;
+	undef $redis;
+}
+
+# Hostile servers, stopped however the test ends.
+my @hostile;
+
+END
+{
+	local $?;
+	if ($redis)
+	{
+		$redis->signal('KILL');
+		$redis->finish;
+	}
+	$_->kill_kill for @hostile;
+}
+
+sub cli
+{
+	my ($out, $err) = ('', '');
+	IPC::Run::run([ 'redis-cli', '-p', $port, @_ ], '>', \$out, '2>', \$err, IPC::Run::timeout(30))
+	  or die "redis-cli @_: $err";
+	chomp $out;
+	return $out;
+}
+
+sub node
+{
+	my ($major, $queue, @args) = @_;
+	my ($out, $err) = ('', '');
+	IPC::Run::run([ 'node', $worker, $major, $port, $queue, @args ], '>', \$out, '2>', \$err,
+		IPC::Run::timeout(90))
+	  or die "bullmq_worker.js @args: $err";
+	return $out;
+}
+
+# What a Worker ran: its lines (hashes) and the counts at its end.
+sub run_worker
+{
+	my ($major, $queue, $n) = @_;
+	my @lines = map { decode_json($_) } grep { /^\{/ } split /\n/, node($major, $queue, 'run', $n);
+	my ($counts) = map { $_->{counts} } grep { exists $_->{counts} } @lines;
+	return ([ grep { !exists $_->{counts} } @lines ], $counts);
+}
+
+start_redis();
+ok(redis_up(), "redis-server listens on 127.0.0.1:$port");
+
+my $node = outbox_node('redis', conf => qq{
+outbox.retry_schedule = '300ms'
+});
+
+# URLs refused at create_endpoint, with nothing written.
+for my $bad ("bullmq://127.0.0.1:$port/q?job_id=a:{event_id}", "bullmq://127.0.0.1:$port/",
+	"bullmqs://127.0.0.1:$port/q", "rediss://127.0.0.1:$port/s", "bullmq://u:p\@127.0.0.1:$port/q",
+	"bullmq://127.0.0.1:$port/q?attempts=0", "bullmq://127.0.0.1:$port/q?backoff=linear:5",
+	"bullmq://127.0.0.1:$port/q?job_id={id}", "redis://127.0.0.1:$port/s?maxlen=x")
+{
+	my ($rc, $out, $err) = $node->psql('postgres',
+		'SELECT outbox.create_endpoint(' . lit('bad') . ', ' . lit($bad) . ')');
+	like($err, qr/invalid endpoint URL/, "refused: $bad");
+}
+my (undef, undef, $colon_err) = $node->psql('postgres',
+	"SELECT outbox.create_endpoint('bad', 'bullmq://127.0.0.1:$port/q?job_id=a:{event_id}')");
+like($colon_err, qr/may not contain ":"/, 'a ":" in the job id template: said so');
+is(sql(q{SELECT count(*) FROM outbox.endpoints}), '0', 'refused URLs wrote nothing');
+wait_for_relay() or die 'relay did not start';
+
+# Both majors: jobs with their name, data, id, attempts and backoff; the
+# one that throws once is retried by BullMQ; priorities in order.
+for my $major (6, 5)
+{
+	my $q = "orders$major";
+	node($major, $q, 'setup');
+	sql("SELECT outbox.create_endpoint('bq$major',
+		'BULLMQ://127.0.0.1:$port/$q?job_id=email-{key}-{event_id}&attempts=3&backoff=fixed:200&remove_on_complete=false',
+		'{booking.*,fail.once,prio.*}')");
+	my @booking = split /\n/, sql(q{
+SELECT outbox.emit('booking.confirmed', '{"n": 1}', 'b1');
+SELECT outbox.emit('booking.rescheduled', '{"n": 2}', 'b1');
+SELECT outbox.emit('booking.cancelled', '{"n": 3}', 'b1');
+SELECT outbox.emit('fail.once', '{"n": 4}', 'f1');});
+	my @prio = split /\n/, sql(q{BEGIN;
+SELECT outbox.emit('prio.low', '{"n": 5}', 'p1', priority => 1);
+SELECT outbox.emit('prio.high', '{"n": 6}', 'p5', priority => 5);
+SELECT outbox.emit('prio.mid', '{"n": 7}', 'p3', priority => 3);
+COMMIT;});
+	@prio = grep { /^[0-9a-f-]{36}$/ } @prio;
+	ok($node->poll_query_until('postgres',
+			"SELECT count(*) = 7 FROM outbox.attempts WHERE endpoint = 'bq$major' AND status = 200"),
+		"bullmq $major: 7 jobs added, recorded delivered");
+	like(sql("SELECT response FROM outbox.attempts WHERE endpoint = 'bq$major' AND event_id = '$booking[0]'"),
+		qr/^job email-b1-$booking[0] added$/, "bullmq $major: the attempt log shows the job id");
+	is(sql("SELECT url FROM outbox.endpoints WHERE name = 'bq$major'"),
+		"bullmq://127.0.0.1:$port/$q?job_id=email-{key}-{event_id}&attempts=3&backoff=fixed:200&remove_on_complete=false",
+		"bullmq $major: the scheme is kept in lower case");
+
+	my ($runs, $counts) = run_worker($major, $q, 7);
+	my %by_id;
+	push @{ $by_id{ $_->{id} } }, $_ for @$runs;
+	is(scalar(keys %by_id), 7, "bullmq $major: a Worker ran 7 jobs");
+	my $first = $by_id{"email-b1-$booking[0]"}[0];
+	is($first->{name}, 'booking.confirmed', "bullmq $major: the job name is the event type");
+	is($first->{data}{type}, 'booking.confirmed', "bullmq $major: the data is the Standard Webhooks body");
+	is($first->{data}{data}{n}, 1, "bullmq $major: with the payload");
+	is($first->{opts}{attempts}, 3, "bullmq $major: attempts");
+	is_deeply($first->{opts}{backoff}, { type => 'fixed', delay => 200 }, "bullmq $major: backoff");
+	my $fail = $by_id{"email-f1-$booking[3]"};
+	is(scalar(@$fail), 2, "bullmq $major: the job that threw ran again");
+	is(join(',', map { $_->{attemptsMade} } @$fail), '0,1', "bullmq $major: the second run is BullMQ's retry");
+	my @order = map { $_->{name} } grep { $_->{name} =~ /^prio/ } @$runs;
+	is(join(',', @order[0 .. 2]), 'prio.high,prio.mid,prio.low',
+		"bullmq $major: higher priority ran first");
+	my @names = map { $_->{name} } grep { $_->{name} =~ /^booking/ } @$runs;
+	is(join(',', @names), 'booking.confirmed,booking.rescheduled,booking.cancelled',
+		"bullmq $major: events of one priority in their order");
+	is($counts->{completed}, 7, "bullmq $major: getJobCounts: 7 completed");
+	is(($counts->{failed} // 0) + ($counts->{waiting} // 0) + ($counts->{prioritized} // 0) + ($counts->{delayed} // 0),
+		0, "bullmq $major: none failed, waiting or delayed");
+
+	# The same event sent again (replay): BullMQ's dedupe, recorded delivered.
+	sql("SELECT outbox.replay('bq$major', now() - interval '1 hour')");
+	ok($node->poll_query_until('postgres',
+			"SELECT count(*) = 7 FROM outbox.attempts WHERE endpoint = 'bq$major' AND status = 200
+			    AND response LIKE '%already in the queue'"),
+		"bullmq $major: a replayed event is delivered as already in the queue");
+	($runs, $counts) = run_worker($major, $q, 1, 2);
+	is(scalar(@$runs), 0, "bullmq $major: and no job ran twice");
+
+	# A paused queue takes jobs; they run once it is resumed.
+	node($major, $q, 'pause');
+	my $paused = sql(q{SELECT outbox.emit('booking.confirmed', '{"n": 8}', 'b2')});
+	ok($node->poll_query_until('postgres',
+			"SELECT count(*) = 1 FROM outbox.attempts WHERE endpoint = 'bq$major' AND event_id = '$paused' AND status = 200"),
+		"bullmq $major: a paused queue took the job");
+	node($major, $q, 'resume');
+	($runs, $counts) = run_worker($major, $q, 1);
+	is(join(',', map { $_->{id} } @$runs), "email-b2-$paused", "bullmq $major: it ran after resume");
+	sql("SELECT outbox.drop_endpoint('bq$major')");
+}
+
+# A job id BullMQ would refuse is a dead letter with the reason.
+sql("SELECT outbox.create_endpoint('bq_key', 'bullmq://127.0.0.1:$port/keyed?job_id={key}', '{keyed}', max_attempts => 1)");
+my ($colon, $int) = split /\n/, sql(q{SELECT outbox.emit('keyed', '{}', 'a:b'); SELECT outbox.emit('keyed', '{}', '42');});
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM outbox.dead_letters WHERE event_id = '$colon' AND last_error LIKE '%contains \":\"%'"),
+	'a job id with ":" is a dead letter that says why');
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM outbox.dead_letters WHERE event_id = '$int' AND last_error LIKE '%is an integer%'"),
+	'an integer job id is a dead letter that says why');
+sql("SELECT outbox.drop_endpoint('bq_key')");
+
+# Streams: XADD with the event's fields; the entry id in the attempt log.
+sql("SELECT outbox.create_endpoint('st', 'redis://127.0.0.1:$port/orders:stream?maxlen=1000', '{order.*}')");
+my $ev = sql(q{SELECT outbox.emit('order.paid', '{"n": 10}', 'k-10', headers => '{"x-trace": "t1"}')});
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM outbox.attempts WHERE endpoint = 'st' AND event_id = '$ev' AND status = 200"),
+	'stream: the entry was added');
+my $entry_id = sql("SELECT response FROM outbox.attempts WHERE endpoint = 'st' AND event_id = '$ev'");
+like($entry_id, qr/^\d+-\d+$/, 'stream: the attempt log shows the entry id');
+my @fields = split /\n/, cli('XRANGE', 'orders:stream', $entry_id, $entry_id);
+my %f = @fields[ 1 .. $#fields ];
+is($f{event_id}, $ev, 'stream: event_id');
+is($f{type}, 'order.paid', 'stream: type');
+is($f{key}, 'k-10', 'stream: key');
+is(decode_json($f{headers})->{'x-trace'}, 't1', 'stream: the event\'s headers');
+is(decode_json($f{body})->{data}{n}, 10, 'stream: the body');
+like($f{timestamp}, qr/^\d{4}-\d\d-\d\dT/, 'stream: the timestamp');
+
+# WRONGTYPE: a dead letter with Redis's message.
+cli('SET', 'not-a-stream', 'x');
+sql("SELECT outbox.create_endpoint('st_wrong', 'redis://127.0.0.1:$port/not-a-stream', '{wrong.type}')");
+my $wrong = sql(q{SELECT outbox.emit('wrong.type', '{}')});
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM outbox.dead_letters WHERE event_id = '$wrong' AND last_error LIKE '%WRONGTYPE%'"),
+	'WRONGTYPE is a dead letter with Redis\'s message');
+
+# Redis stopped and started while 300 jobs are added: none lost, none twice.
+sql("SELECT outbox.create_endpoint('bq_restart', 'bullmq://127.0.0.1:$port/restart', '{restart.*}', timeout => '2 seconds',
+	max_attempts => 1000)");
+sql(q{SELECT outbox.emit('restart.a', jsonb_build_object('n', g)) FROM generate_series(1, 100) g});
+ok($node->poll_query_until('postgres',
+		q{SELECT count(*) > 0 FROM outbox.attempts WHERE endpoint = 'bq_restart' AND status = 200}),
+	'restart: jobs flow');
+stop_redis();
+sql(q{SELECT outbox.emit('restart.b', jsonb_build_object('n', g)) FROM generate_series(101, 300) g});
+ok($node->poll_query_until('postgres',
+		q{SELECT count(*) > 0 FROM outbox.attempts WHERE endpoint = 'bq_restart' AND status IS NULL AND error IS NOT NULL}),
+	'restart: attempts failed while Redis was down');
+start_redis();
+ok($node->poll_query_until('postgres',
+		q{SELECT count(DISTINCT event_id) = 300 FROM outbox.attempts WHERE endpoint = 'bq_restart' AND status = 200}),
+	'restart: all 300 recorded delivered');
+is(cli('ZCARD', 'bull:restart:prioritized'), '300', 'restart: 300 jobs in the queue, none lost, none twice');
+
+# Hostile servers: an oversized bulk string, an array, an endless line.
+my %hostile_reply = (huge => "\$999999999\r\n", array => "*2\r\n:1\r\n:2\r\n", endless => '+' . ('x' x 10000));
+for my $kind (sort keys %hostile_reply)
+{
+	my $hport = PostgreSQL::Test::Cluster::get_free_port();
+	my $code = q{use IO::Socket::INET; my ($port, $reply) = ($ARGV[0], pack('H*', $ARGV[1]));
+		my $l = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => $port, Listen => 16, ReuseAddr => 1)
+		  or die $!;
+		$SIG{PIPE} = 'IGNORE';
+		while (my $c = $l->accept) { my $b; sysread($c, $b, 65536); print $c $reply; sleep 1; close $c }};
+	push @hostile, IPC::Run::start([ 'perl', '-e', $code, $hport, unpack('H*', $hostile_reply{$kind}) ],
+		'<', \undef, '>', \my $o, '2>', \my $e);
+	usleep(300_000);
+	sql("SELECT outbox.create_endpoint('h_$kind', 'bullmq://127.0.0.1:$hport/q', '{hostile.$kind}', timeout => '2 seconds')");
+}
+my $pid = relay_pid();
+sql(qq{SELECT outbox.emit('hostile.$_', '{}')}) for sort keys %hostile_reply;
+for my $kind (sort keys %hostile_reply)
+{
+	ok($node->poll_query_until('postgres',
+			"SELECT count(*) > 0 FROM outbox.attempts WHERE endpoint = 'h_$kind' AND status IS NULL AND error IS NOT NULL"),
+		"hostile $kind: the attempt failed");
+	note(sql("SELECT error FROM outbox.attempts WHERE endpoint = 'h_$kind' LIMIT 1"));
+}
+like(sql(q{SELECT error FROM outbox.attempts WHERE endpoint = 'h_huge' LIMIT 1}), qr/bulk string of 999999999 bytes/,
+	'hostile: the oversized bulk string is named');
+like(sql(q{SELECT error FROM outbox.attempts WHERE endpoint = 'h_array' LIMIT 1}), qr/array/, 'hostile: the array is named');
+like(sql(q{SELECT error FROM outbox.attempts WHERE endpoint = 'h_endless' LIMIT 1}), qr/longer than 4096/,
+	'hostile: the endless line is named');
+is(relay_pid(), $pid, 'the relay kept running');
+my $after = sql(q{SELECT outbox.emit('order.paid', '{"n": 11}')});
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM outbox.attempts WHERE endpoint = 'st' AND event_id = '$after' AND status = 200"),
+	'and delivers to a healthy endpoint');
+
+$node->stop;
+stop_redis();
+done_testing();

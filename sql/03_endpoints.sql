@@ -260,15 +260,17 @@ SELECT u AS url, try(format('SELECT outbox.create_endpoint(%L, %L)', 'ep-badamqp
 -- BullMQ and Redis stream URLs (the Redis target): host and port (6379
 -- by default), a database number, the queue or stream; bullmq options
 -- job_id (no ":"), attempts, backoff, remove_on_complete, remove_on_fail,
--- prefix, layout, priority; redis option maxlen.  TLS, credentials and
--- unknown options are refused.
+-- prefix, layout, priority; redis option maxlen; bullmqs and rediss over
+-- TLS.  Credentials and unknown options are refused.
 SELECT u AS url, try(format('SELECT outbox.create_endpoint(%L, %L)', 'ep-redis-' || n, u)) AS result
   FROM unnest(ARRAY[
          'bullmq://redis:6379/emails',
          'BULLMQ://redis/2/emails?job_id=email-{key}-{event_id}&attempts=3&backoff=exponential:5000',
          'bullmq://[::1]:6380/q?remove_on_complete=100&remove_on_fail=false&prefix={bull}&layout=5&priority=off',
          'redis://redis/orders:stream',
-         'REDIS://10.0.0.5:6379/3/audit?maxlen=1000'
+         'REDIS://10.0.0.5:6379/3/audit?maxlen=1000',
+         'BULLMQS://redis/q',
+         'rediss://redis/s'
        ]) WITH ORDINALITY AS v(u, n);
 SELECT name, url FROM outbox.endpoints WHERE name LIKE 'ep-redis-%' ORDER BY name COLLATE "C";
 SELECT count(outbox.drop_endpoint(name)) AS dropped FROM outbox.endpoints WHERE name LIKE 'ep-redis-%';
@@ -279,8 +281,6 @@ SELECT u AS url, try(format('SELECT outbox.create_endpoint(%L, %L)', 'ep-badredi
          'bullmq://redis:6379/x/q',
          'bullmq://redis/q:1',
          'bullmq://user:pw@redis/q',
-         'bullmqs://redis/q',
-         'rediss://redis/s',
          'bullmq://redis/q?job_id=a:{event_id}',
          'bullmq://redis/q?job_id={id}',
          'bullmq://redis/q?attempts=0',

@@ -33,6 +33,12 @@ my $port = PostgreSQL::Test::Cluster::get_free_port();
 my $redis;
 my $redis_out = '';
 
+# TLS on a second port of the same server, with certificates made here (a
+# CA, the server's for 127.0.0.1 alone).
+my $tls = PostgreSQL::Test::Utils::tempdir;
+my $tls_port = PostgreSQL::Test::Cluster::get_free_port();
+make_certificates($tls, [ 'server', "subjectAltName = IP:127.0.0.1\nextendedKeyUsage = serverAuth" ]);
+
 sub redis_up
 {
 	my $sock = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port, Timeout => 1);
@@ -43,7 +49,9 @@ sub start_redis
 {
 	$redis = IPC::Run::start(
 		[ $server, '--port', $port, '--bind', '127.0.0.1', '--dir', $dir, '--save', '',
-		  '--appendonly', 'yes', '--appendfsync', 'always', '--daemonize', 'no' ],
+		  '--appendonly', 'yes', '--appendfsync', 'always', '--daemonize', 'no',
+		  '--tls-port', $tls_port, '--tls-cert-file', "$tls/server.crt", '--tls-key-file', "$tls/server.key",
+		  '--tls-ca-cert-file', "$tls/ca.crt", '--tls-auth-clients', 'no' ],
 		'<', \undef, '>&', \$redis_out);
 	my $deadline = time() + 30;
 	until (redis_up())
@@ -109,11 +117,12 @@ ok(redis_up(), "redis-server listens on 127.0.0.1:$port");
 
 my $node = outbox_node('redis', conf => qq{
 outbox.retry_schedule = '300ms'
+outbox.ca_file = '$tls/ca.crt'
 });
 
 # URLs refused at create_endpoint, with nothing written.
 for my $bad ("bullmq://127.0.0.1:$port/q?job_id=a:{event_id}", "bullmq://127.0.0.1:$port/",
-	"bullmqs://127.0.0.1:$port/q", "rediss://127.0.0.1:$port/s", "bullmq://u:p\@127.0.0.1:$port/q",
+ "bullmq://u:p\@127.0.0.1:$port/q",
 	"bullmq://127.0.0.1:$port/q?attempts=0", "bullmq://127.0.0.1:$port/q?backoff=linear:5",
 	"bullmq://127.0.0.1:$port/q?job_id={id}", "redis://127.0.0.1:$port/s?maxlen=x")
 {
@@ -238,6 +247,27 @@ my $wrong = sql(q{SELECT outbox.emit('wrong.type', '{}')});
 ok($node->poll_query_until('postgres',
 		"SELECT count(*) = 1 FROM outbox.dead_letters WHERE event_id = '$wrong' AND last_error LIKE '%WRONGTYPE%'"),
 	'WRONGTYPE is a dead letter with Redis\'s message');
+
+# TLS: bullmqs:// and rediss:// verified against outbox.ca_file and the
+# URL's host; a name the certificate does not have fails the attempt.
+sql("SELECT outbox.create_endpoint('bq_tls', 'bullmqs://127.0.0.1:$tls_port/tlsq', '{tls.job}');
+     SELECT outbox.create_endpoint('st_tls', 'rediss://127.0.0.1:$tls_port/tls-stream', '{tls.entry}');
+     SELECT outbox.create_endpoint('st_tls_name', 'rediss://localhost:$tls_port/tls-name', '{tls.name}')");
+my ($tls_job, $tls_entry, $tls_name) = split /\n/,
+  sql(q{SELECT outbox.emit('tls.job', '{"n": 20}'); SELECT outbox.emit('tls.entry', '{"n": 21}');
+        SELECT outbox.emit('tls.name', '{"n": 22}')});
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 2 FROM outbox.attempts WHERE event_id IN ('$tls_job', '$tls_entry') AND status = 200"),
+	'TLS: the job and the entry were added');
+my ($tls_runs) = run_worker(6, 'tlsq', 1);
+is(join(',', map { $_->{id} } @$tls_runs), $tls_job, 'TLS: a Worker ran the job');
+is(cli('XLEN', 'tls-stream'), '1', 'TLS: the stream has the entry');
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) > 0 FROM outbox.attempts WHERE event_id = '$tls_name' AND status IS NULL
+		    AND error LIKE '%certificate verify failed%'"),
+	'TLS: a host name the certificate does not have fails the attempt');
+note(sql("SELECT error FROM outbox.attempts WHERE event_id = '$tls_name' LIMIT 1"));
+sql(q{SELECT outbox.drop_endpoint('st_tls_name')});
 
 # Redis stopped and started while 300 jobs are added: none lost, none twice.
 sql("SELECT outbox.create_endpoint('bq_restart', 'bullmq://127.0.0.1:$port/restart', '{restart.*}', timeout => '2 seconds',

@@ -9,7 +9,9 @@
  *            &remove_on_complete=V&remove_on_fail=V&prefix=P&layout=L
  *            &priority=on|off]
  *   redis://HOST[:PORT][/DB]/STREAM[?maxlen=N]
- * TLS (bullmqs://, rediss://) is refused at create_endpoint for now.
+ * bullmqs:// and rediss:// are the same over TLS (OpenSSL): the server's
+ * certificate is verified against outbox.ca_file (the system's store when
+ * empty) and the URL's host, a name (also sent as SNI) or an address.
  * Credentials are never taken from the URL: an endpoint's auth
  * {"username", "password"} is sent as AUTH (an ACL user) when there is one.
  *
@@ -69,7 +71,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <arpa/inet.h>
+#include <openssl/err.h>
 #include <openssl/evp.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 
 #include "lib/stringinfo.h"
 #include "portability/instr_time.h"
@@ -214,8 +220,10 @@ typedef struct Publisher
 	char		host[256];
 	int			port;
 	int			db;
+	bool		tls;
 	long		timeout_ms;
 	NetworkList allowed;		/* the address policy it was made under */
+	char	   *ca_file;		/* outbox.ca_file it was made under; "": none */
 	char	   *username;		/* AUTH; NULL: none (auth_keep'd) */
 	char	   *password;
 	int			wake[2];		/* relay -> thread */
@@ -251,7 +259,7 @@ static pthread_mutex_t refusal_lock = PTHREAD_MUTEX_INITIALIZER;
  * ---------------------------------------------------------------------
  */
 
-#define URL_SHAPE "A Redis endpoint URL is bullmq://host[:port][/db]/QUEUE[?options] or redis://host[:port][/db]/STREAM[?maxlen=N]."
+#define URL_SHAPE "A Redis endpoint URL is bullmq://host[:port][/db]/QUEUE[?options] or redis://host[:port][/db]/STREAM[?maxlen=N] (bullmqs://, rediss:// over TLS)."
 
 /* Is every one of len bytes of s among the letters, digits and extra? */
 static bool
@@ -465,14 +473,19 @@ redis_parse_url(const char *url, RedisUrl *out, const char **problem)
 	strlcpy(out->job_id, "{event_id}", sizeof(out->job_id));
 	strlcpy(out->layout, "auto", sizeof(out->layout));
 	out->priority = true;
-	if (pg_strncasecmp(url, "bullmqs://", 10) == 0 || pg_strncasecmp(url, "rediss://", 9) == 0)
+	if (pg_strncasecmp(url, "bullmqs://", 10) == 0)
 	{
-		*problem = "TLS to Redis (bullmqs://, rediss://) is not supported yet: use bullmq:// or redis:// over a network you trust.";
-		return false;
+		out->bullmq = out->tls = true;
+		p = url + 10;
 	}
-	if (pg_strncasecmp(url, "bullmq://", 9) == 0)
+	else if (pg_strncasecmp(url, "bullmq://", 9) == 0)
 	{
 		out->bullmq = true;
+		p = url + 9;
+	}
+	else if (pg_strncasecmp(url, "rediss://", 9) == 0)
+	{
+		out->tls = true;
 		p = url + 9;
 	}
 	else if (pg_strncasecmp(url, "redis://", 8) == 0)
@@ -623,6 +636,8 @@ typedef struct Conn
 {
 	Publisher  *p;
 	int			fd;				/* -1: none */
+	SSL_CTX    *ctx;			/* TLS: the connection's, or NULL */
+	SSL		   *ssl;
 	bool		script_loaded;	/* SCRIPT LOAD sent on this connection */
 	char		load_error[REDIS_ERROR_LEN];	/* its error reply, if any */
 	char	   *out;			/* to write: out[out_off..out_len) */
@@ -671,10 +686,117 @@ fail_all(Conn *c, MessageList *l, const char *why)
 		message_finish(c, m, false, false, "%s", why);
 }
 
+/* Free the connection's TLS state, if any (not its socket). */
+static void
+tls_end(Conn *c)
+{
+	if (c->ssl != NULL)
+		SSL_free(c->ssl);
+	if (c->ctx != NULL)
+		SSL_CTX_free(c->ctx);
+	c->ssl = NULL;
+	c->ctx = NULL;
+}
+
+/* Why a TLS call failed: the verification result, or OpenSSL's error. */
+static void
+tls_reason(Conn *c, const char *what, char *why, size_t why_len)
+{
+	long		verify = c->ssl != NULL ? SSL_get_verify_result(c->ssl) : X509_V_OK;
+	unsigned long e = ERR_get_error();
+	char		text[160] = "the connection closed";
+
+	if (verify != X509_V_OK)
+		snprintf(text, sizeof(text), "certificate verify failed: %s",
+				 X509_verify_cert_error_string(verify));
+	else if (e != 0)
+		ERR_error_string_n(e, text, sizeof(text));
+	snprintf(why, why_len, "Redis: %s failed: %s", what, text);
+}
+
+/*
+ * TLS over the connection just made: the server's certificate verified
+ * against outbox.ca_file (or the system's store) and the URL's host; the
+ * handshake bounded by step_ms.  False, with why, if it fails.
+ */
+static bool
+tls_start(Conn *c, long step_ms, char *why, size_t why_len)
+{
+	Publisher  *p = c->p;
+	unsigned char ip[16];
+	bool		is_ip = inet_pton(AF_INET, p->host, ip) == 1 || inet_pton(AF_INET6, p->host, ip) == 1;
+	uint64		deadline = now_ms() + step_ms;
+	X509_VERIFY_PARAM *param;
+
+	ERR_clear_error();
+	c->ctx = SSL_CTX_new(TLS_client_method());
+	if (c->ctx == NULL)
+	{
+		snprintf(why, why_len, "Redis: could not make a TLS context");
+		return false;
+	}
+	SSL_CTX_set_min_proto_version(c->ctx, TLS1_2_VERSION);
+	SSL_CTX_set_verify(c->ctx, SSL_VERIFY_PEER, NULL);
+	if (p->ca_file[0] != '\0' ?
+		SSL_CTX_load_verify_locations(c->ctx, p->ca_file, NULL) != 1 :
+		SSL_CTX_set_default_verify_paths(c->ctx) != 1)
+	{
+		if (p->ca_file[0] != '\0')
+			snprintf(why, why_len, "Redis: could not read outbox.ca_file \"%s\"", p->ca_file);
+		else
+			snprintf(why, why_len, "Redis: could not load the system's CA certificates");
+		return false;
+	}
+	c->ssl = SSL_new(c->ctx);
+	if (c->ssl == NULL)
+	{
+		snprintf(why, why_len, "Redis: could not make a TLS connection");
+		return false;
+	}
+	/* out may be realloc'd between a write that wanted more and its retry */
+	SSL_set_mode(c->ssl, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+	param = SSL_get0_param(c->ssl);
+	if ((is_ip ? X509_VERIFY_PARAM_set1_ip_asc(param, p->host) :
+		 X509_VERIFY_PARAM_set1_host(param, p->host, 0)) != 1 ||
+		(!is_ip && SSL_set_tlsext_host_name(c->ssl, p->host) != 1) ||
+		SSL_set_fd(c->ssl, c->fd) != 1)
+	{
+		snprintf(why, why_len, "Redis: could not set the host \"%s\" to verify", p->host);
+		return false;
+	}
+	for (;;)
+	{
+		int			rc = SSL_connect(c->ssl);
+		int			err;
+		struct pollfd pfd = {c->fd, 0, 0};
+		uint64		now;
+
+		if (rc == 1)
+			return true;
+		err = SSL_get_error(c->ssl, rc);
+		if (err == SSL_ERROR_WANT_READ)
+			pfd.events = POLLIN;
+		else if (err == SSL_ERROR_WANT_WRITE)
+			pfd.events = POLLOUT;
+		else
+		{
+			tls_reason(c, "the TLS handshake", why, why_len);
+			return false;
+		}
+		now = now_ms();
+		if (now >= deadline || poll(&pfd, 1, (int) (deadline - now)) <= 0)
+		{
+			snprintf(why, why_len, "Redis: no TLS handshake within %ld ms", step_ms);
+			return false;
+		}
+	}
+}
+
 /* Close the connection; what awaited a reply is tried again, with why. */
 static void
 drop(Conn *c, const char *why)
 {
+	tls_end(c);
 	if (c->fd >= 0)
 		close(c->fd);
 	c->fd = -1;
@@ -804,6 +926,13 @@ connect_server(Conn *c, char *why, size_t why_len)
 		}
 		(void) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 		c->fd = fd;
+		if (p->tls && !tls_start(c, step_ms, why, why_len))
+		{
+			tls_end(c);
+			close(fd);
+			c->fd = -1;
+			break;				/* (a certificate refused is refused at every address) */
+		}
 	}
 	freeaddrinfo(res);
 	if (c->fd < 0)
@@ -875,8 +1004,27 @@ flush_out(Conn *c, char *why, size_t why_len)
 {
 	while (c->out_off < c->out_len)
 	{
-		ssize_t		n = write(c->fd, c->out + c->out_off, c->out_len - c->out_off);
+		ssize_t		n;
 
+		if (c->ssl != NULL)
+		{
+			int			w;
+			int			err;
+
+			ERR_clear_error();
+			w = SSL_write(c->ssl, c->out + c->out_off, (int) Min(c->out_len - c->out_off, 1024 * 1024));
+			if (w > 0)
+			{
+				c->out_off += w;
+				continue;
+			}
+			err = SSL_get_error(c->ssl, w);
+			if (err == SSL_ERROR_WANT_WRITE || err == SSL_ERROR_WANT_READ)
+				return true;
+			tls_reason(c, "writing over TLS", why, why_len);
+			return false;
+		}
+		n = write(c->fd, c->out + c->out_off, c->out_len - c->out_off);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
@@ -1151,7 +1299,26 @@ read_replies(Conn *c, char *why, size_t why_len)
 
 		/* (cannot be full: a reply that does not fit was refused whole) */
 		Assert(c->in_len < sizeof(c->in));
-		n = read(c->fd, c->in + c->in_len, sizeof(c->in) - c->in_len);
+		if (c->ssl != NULL)
+		{
+			int			err;
+
+			ERR_clear_error();
+			n = SSL_read(c->ssl, c->in + c->in_len, (int) (sizeof(c->in) - c->in_len));
+			if (n <= 0)
+			{
+				err = SSL_get_error(c->ssl, (int) n);
+				if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE)
+					break;
+				if (err == SSL_ERROR_ZERO_RETURN)
+					snprintf(why, why_len, "Redis: the server closed the connection");
+				else
+					tls_reason(c, "reading over TLS", why, why_len);
+				return false;
+			}
+		}
+		else
+			n = read(c->fd, c->in + c->in_len, sizeof(c->in) - c->in_len);
 
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -1292,6 +1459,7 @@ publisher_main(void *arg)
 				;
 		}
 	}
+	tls_end(c);
 	if (c->fd >= 0)
 		close(c->fd);
 	free(c->out);
@@ -1325,6 +1493,7 @@ publisher_release(Publisher *p)
 	pthread_mutex_destroy(&p->lock);
 	auth_forget(p->password);
 	auth_forget(p->username);
+	pfree(p->ca_file);
 	pfree(p);
 }
 
@@ -1334,7 +1503,7 @@ publisher_is(const Publisher *p, const RedisUrl *u, const TargetEndpoint *ep)
 {
 	const AuthConfig *a = ep->auth != NULL ? &ep->auth->cfg : NULL;
 
-	return !p->retired && p->port == u->port && p->db == u->db &&
+	return !p->retired && p->port == u->port && p->db == u->db && p->tls == u->tls &&
 		strcmp(p->host, u->host) == 0 && p->timeout_ms == Max(ep->timeout_ms, 1) &&
 		auth_same(p->username, a != NULL ? a->username : NULL) &&
 		auth_same(p->password, a != NULL ? a->password : NULL);
@@ -1368,8 +1537,10 @@ publisher_of(const RedisUrl *u, const TargetEndpoint *ep, char *why, size_t why_
 	strlcpy(p->host, u->host, sizeof(p->host));
 	p->port = u->port;
 	p->db = u->db;
+	p->tls = u->tls;
 	p->timeout_ms = Max(ep->timeout_ms, 1);
 	p->allowed = outbox_allowed_networks;
+	p->ca_file = MemoryContextStrdup(TopMemoryContext, outbox_ca_file != NULL ? outbox_ca_file : "");
 	if (ep->auth != NULL && ep->auth->cfg.username != NULL)
 	{
 		p->username = auth_keep(ep->auth->cfg.username);
@@ -1871,12 +2042,16 @@ redis_start(void)
 		sprintf(bullmq_add_sha + 2 * i, "%02x", digest[i]);
 }
 
-/* After a reload: publishers made under other allowed networks retire. */
+/*
+ * After a reload: publishers made under other allowed networks or another
+ * outbox.ca_file retire.
+ */
 static void
 redis_configure(void)
 {
 	for (Publisher *p = publishers; p != NULL; p = p->next)
-		if (!address_networks_equal(&p->allowed, &outbox_allowed_networks))
+		if (!address_networks_equal(&p->allowed, &outbox_allowed_networks) ||
+			strcmp(p->ca_file, outbox_ca_file != NULL ? outbox_ca_file : "") != 0)
 			p->retired = true;
 }
 

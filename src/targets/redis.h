@@ -4,7 +4,7 @@
  *	  The Redis target's URLs, as create_endpoint checks them and the target
  *	  reads them: bullmq://HOST[:PORT][/DB]/QUEUE[?options] (a BullMQ job
  *	  per event) and redis://HOST[:PORT][/DB]/STREAM[?maxlen=N] (a stream
- *	  entry per event).
+ *	  entry per event); bullmqs:// and rediss:// over TLS.
  *
  *-------------------------------------------------------------------------
  */
@@ -29,6 +29,7 @@ typedef enum RedisKeep
 typedef struct RedisUrl
 {
 	bool		bullmq;			/* bullmq:// (else redis://, a stream) */
+	bool		tls;			/* bullmqs://, rediss:// */
 	char		host[256];		/* a name or an address, no brackets */
 	int			port;
 	int			db;				/* SELECT'ed when not 0 */

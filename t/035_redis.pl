@@ -7,7 +7,7 @@
 # queue takes jobs; URLs and job ids BullMQ would refuse are refused; stream
 # entries carry the event's fields; a Redis stopped and started while
 # events flow loses nothing; hostile replies fail the attempt and the relay
-# keeps running.
+# keeps running; crash rounds lose nothing and add no job twice.
 use strict;
 use warnings;
 use FindBin;
@@ -118,6 +118,7 @@ ok(redis_up(), "redis-server listens on 127.0.0.1:$port");
 my $node = outbox_node('redis', conf => qq{
 outbox.retry_schedule = '300ms'
 outbox.ca_file = '$tls/ca.crt'
+restart_after_crash = on
 });
 
 # URLs refused at create_endpoint, with nothing written.
@@ -287,6 +288,35 @@ ok($node->poll_query_until('postgres',
 	'restart: all 300 recorded delivered');
 is(cli('ZCARD', 'bull:restart:prioritized'), '300', 'restart: 300 jobs in the queue, none lost, none twice');
 
+# Redis killed (SIGKILL) and away for a while: the adds fail as transport
+# errors, the circuit opens (endpoint_health counts the failures in a row)
+# and closes once Redis is back; nothing is lost.
+sql("SELECT outbox.create_endpoint('bq_down', 'bullmq://127.0.0.1:$port/down', '{down.*}', timeout => '1 second',
+	max_attempts => 100)");
+sql(q{SELECT outbox.emit('down.a', jsonb_build_object('n', g)) FROM generate_series(1, 50) g});
+ok($node->poll_query_until('postgres',
+		q{SELECT count(*) = 50 FROM outbox.attempts WHERE endpoint = 'bq_down' AND status = 200}),
+	'down: the first 50 added');
+$redis->signal('KILL');
+$redis->finish;
+undef $redis;
+sql(q{SELECT outbox.emit('down.b', jsonb_build_object('n', g)) FROM generate_series(51, 300) g});
+ok($node->poll_query_until('postgres', q{
+SELECT h.consecutive_failures >= 20 AND h.failing_since IS NOT NULL
+  FROM outbox.endpoint_health h JOIN outbox.endpoints e ON e.id = h.endpoint_id WHERE e.name = 'bq_down'}),
+	'down: health shows the failures in a row (the circuit is open)');
+my $tried_down = sql(q{SELECT count(*) FROM outbox.attempts WHERE endpoint = 'bq_down' AND status IS NULL});
+start_redis();
+ok($node->poll_query_until('postgres',
+		q{SELECT count(DISTINCT event_id) = 300 FROM outbox.attempts WHERE endpoint = 'bq_down' AND status = 200}),
+	'down: all 300 added once Redis is back');
+ok($node->poll_query_until('postgres', q{
+SELECT h.consecutive_failures = 0 AND h.failing_since IS NULL
+  FROM outbox.endpoint_health h JOIN outbox.endpoints e ON e.id = h.endpoint_id WHERE e.name = 'bq_down'}),
+	'down: health shows it healthy again (the circuit closed)');
+is(cli('ZCARD', 'bull:down:prioritized'), '300', 'down: 300 jobs, none lost, none twice');
+note("attempts that failed while Redis was away: $tried_down");
+
 # Hostile servers: an oversized bulk string, an array, an endless line.
 my %hostile_reply = (huge => "\$999999999\r\n", array => "*2\r\n:1\r\n:2\r\n", endless => '+' . ('x' x 10000));
 for my $kind (sort keys %hostile_reply)
@@ -321,6 +351,80 @@ my $after = sql(q{SELECT outbox.emit('order.paid', '{"n": 11}')});
 ok($node->poll_query_until('postgres',
 		"SELECT count(*) = 1 FROM outbox.attempts WHERE endpoint = 'st' AND event_id = '$after' AND status = 200"),
 	'and delivers to a healthy endpoint');
+
+sql(qq{SELECT outbox.drop_endpoint('h_$_')}) for sort keys %hostile_reply;
+
+# Crash rounds: the relay killed, then the server stopped -m immediate,
+# while transactions emit (one in ten rolled back) to a BullMQ queue and a
+# stream.  Every committed event is a job and an entry, nothing else is;
+# a job re-sent from the crash window is answered "already there" (BullMQ
+# counts it as a "duplicated" event) and never made twice.
+sql("SELECT outbox.create_endpoint('bq_crash', 'bullmq://127.0.0.1:$port/crash', '{crash.*}');
+     SELECT outbox.create_endpoint('st_crash', 'redis://127.0.0.1:$port/crash-stream', '{crash.*}')");
+my (%seen_entry, %all_committed);
+for my $kind (qw(relay server))
+{
+	my $old_relay = relay_pid();
+	die "crash ($kind): no relay to kill" unless $old_relay =~ /^\d+$/;
+	my @h;
+	for my $c (1 .. 2)
+	{
+		my $file = "$dir/crash-$kind-$c.sql";
+		open my $fh, '>', $file or die $!;
+		for my $t (1 .. 60)
+		{
+			print $fh "BEGIN;\n";
+			print $fh "SELECT outbox.emit('crash.e', '{\"r\": \"$kind\", \"c\": $c, \"t\": $t, \"i\": $_}', 'c$c-k"
+			  . int(rand(5)) . "');\n" for 0 .. int(rand(3));
+			print $fh rand() < 0.1 ? "ROLLBACK;\n" : "COMMIT;\n";
+		}
+		close $fh;
+		push @h, IPC::Run::start([ 'psql', '-X', '-q', '-d', $node->connstr('postgres'), '-f', $file ],
+			'>', \my $out, '2>', \my $err);
+	}
+	my $trigger = 20 + int(rand(60));
+	$node->poll_query_until('postgres', qq{
+SELECT count(*) >= $trigger FROM outbox.attempts a JOIN outbox.events e USING (event_id)
+ WHERE a.status = 200 AND a.endpoint = 'bq_crash' AND e.payload->>'r' = '$kind'})
+	  or die "$kind: $trigger adds did not come";
+	if ($kind eq 'relay')
+	{
+		kill 'KILL', $old_relay;
+	}
+	else
+	{
+		$node->stop('immediate');
+		$node->start;
+	}
+	$_->finish for @h;
+	relay_restarted($node, $old_relay) or die "$kind: relay not running after the crash";
+	ok($node->poll_query_until('postgres', q{
+SELECT b.deliveries_waiting = 0 AND NOT EXISTS (SELECT 1 FROM outbox.retries) FROM outbox.backlog b}),
+		"crash ($kind): nothing owed after the restart");
+	my %committed = map { $_ => 1 }
+	  split /\n/, sql(qq{SELECT event_id FROM outbox.events WHERE payload->>'r' = '$kind'});
+	my %jobs = map { $_ => 1 } grep { length } split /\n/, cli('ZRANGE', 'bull:crash:prioritized', '0', '-1');
+	is(scalar(grep { !$jobs{$_} } keys %committed), 0, "crash ($kind): no committed event lost from the queue");
+	my %entries;
+	my @x = split /\n/, cli('XRANGE', 'crash-stream', '-', '+');
+	for my $i (0 .. $#x - 1)
+	{
+		$entries{ $x[ $i + 1 ] }++ if $x[$i] eq 'event_id';
+	}
+	delete $entries{$_} for keys %seen_entry;
+	is(scalar(grep { !$entries{$_} } keys %committed), 0, "crash ($kind): no committed event lost from the stream");
+	is(scalar(grep { !$committed{$_} } keys %entries), 0, "crash ($kind): no phantom in the stream");
+	my $dup_entries = 0;
+	$dup_entries += $_ - 1 for values %entries;
+	my $duplicated = () = cli('XRANGE', 'bull:crash:events', '-', '+') =~ /^duplicated$/mg;
+	diag(sprintf('redis crash round (%s): %d events; stream copies beyond the first %d; '
+			. 'BullMQ "duplicated" answers so far %d', $kind, scalar(keys %committed), $dup_entries, $duplicated));
+	$seen_entry{$_} = 1 for keys %entries;
+	$all_committed{$_} = 1 for keys %committed;
+}
+my @all_jobs = grep { length } split /\n/, cli('ZRANGE', 'bull:crash:prioritized', '0', '-1');
+is(scalar(grep { !$all_committed{$_} } @all_jobs), 0, 'crash: no phantom job');
+is(scalar(@all_jobs), scalar(keys %all_committed), 'crash: one job per committed event');
 
 $node->stop;
 stop_redis();

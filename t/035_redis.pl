@@ -213,6 +213,34 @@ COMMIT;});
 	sql("SELECT outbox.drop_endpoint('bq$major')");
 }
 
+# A consumer that dedupes with mark_processed() in its own transaction:
+# with remove_on_complete=true BullMQ forgets a finished job, so a replay
+# adds it again and it runs again; the second run changes nothing.  An
+# event type the consumer does not handle is marked and does not block.
+sql("CREATE TABLE received (job_id text PRIMARY KEY, name text)");
+my $since_mark = sql('SELECT now()');
+sql("SELECT outbox.create_endpoint('bq_mark', 'bullmq://127.0.0.1:$port/marked?remove_on_complete=true&priority=off',
+	'{order.placed,user.unknown}')");
+my @marked = split /\n/, sql(q{SELECT outbox.emit('order.placed', '{"n": 30}');
+SELECT outbox.emit('user.unknown', '{"n": 31}'); SELECT outbox.emit('order.placed', '{"n": 32}');});
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 3 FROM outbox.attempts WHERE endpoint = 'bq_mark' AND status = 200"),
+	'mark: 3 jobs added');
+my @first_runs = map { decode_json($_) } grep { /^\{"id"/ } split /\n/,
+  node(6, 'marked', 'mark', 3, 20, $node->host, $node->port);
+is(join(',', map { $_->{first} ? 1 : 0 } @first_runs), '1,1,1', 'mark: each job marked the first time');
+is(sql('SELECT count(*) FROM received'), '2', 'mark: the two order.placed jobs applied, the unknown type only marked');
+is(cli('EXISTS', "bull:marked:$marked[0]"), '0', 'mark: BullMQ removed the finished jobs (remove_on_complete)');
+sql("SELECT outbox.replay('bq_mark', '$since_mark')");
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 6 FROM outbox.attempts WHERE endpoint = 'bq_mark' AND status = 200 AND response LIKE '%added'"),
+	'mark: a replay of removed jobs adds them again (the dedupe lasts as long as the job)');
+my @second_runs = map { decode_json($_) } grep { /^\{"id"/ } split /\n/,
+  node(6, 'marked', 'mark', 3, 20, $node->host, $node->port);
+is(join(',', map { $_->{first} ? 1 : 0 } @second_runs), '0,0,0', 'mark: the second runs found them marked');
+is(sql('SELECT count(*) FROM received'), '2', 'mark: and changed nothing');
+sql("SELECT outbox.drop_endpoint('bq_mark')");
+
 # A job id BullMQ would refuse is a dead letter with the reason.
 sql("SELECT outbox.create_endpoint('bq_key', 'bullmq://127.0.0.1:$port/keyed?job_id={key}', '{keyed}', max_attempts => 1)");
 my ($colon, $int) = split /\n/, sql(q{SELECT outbox.emit('keyed', '{}', 'a:b'); SELECT outbox.emit('keyed', '{}', '42');});

@@ -10,6 +10,13 @@
 //       the processor (id, name, data, attemptsMade, opts, priority), then
 //       {"counts": ...}.  A job named "fail.once" throws on its first run.
 //
+//   node bullmq_worker.js MAJOR PORT QUEUE mark N SECONDS PGHOST PGPORT
+//       the same Worker, as a consumer that dedupes: in one transaction of
+//       database postgres it calls outbox.mark_processed(QUEUE, job.id) and,
+//       the first time only, inserts (job.id, job.name) into received; a
+//       job of an unknown type (not "order.*") is marked and does nothing.
+//       A line of JSON per run: id, name, first.
+//
 // MAJOR is 6 (npm bullmq) or 5 (npm bullmq5, an alias of bullmq@5).
 'use strict';
 
@@ -24,13 +31,35 @@ async function main() {
   if (cmd === 'pause') await queue.pause();
   else if (cmd === 'resume') await queue.resume();
   else if (cmd === 'counts') console.log(JSON.stringify(await queue.getJobCounts()));
-  else if (cmd === 'run') {
+  else if (cmd === 'run' || cmd === 'mark') {
     const want = Number(rest[0]);
     const seconds = Number(rest[1] || 20);
+    let pool = null;
+    if (cmd === 'mark') {
+      const { Pool } = require('pg');
+      pool = new Pool({ host: rest[2], port: Number(rest[3]), database: 'postgres',
+        user: require('os').userInfo().username });
+    }
     let finished = 0;
     let done;
     const allDone = new Promise((resolve) => { done = resolve; });
-    const worker = new Worker(queueName, async (job) => {
+    const worker = new Worker(queueName, pool ? async (job) => {
+      const db = await pool.connect();
+      try {
+        await db.query('BEGIN');
+        const { rows } = await db.query('SELECT outbox.mark_processed($1, $2) AS first', [queueName, job.id]);
+        if (rows[0].first && job.name.startsWith('order.')) {
+          await db.query('INSERT INTO received (job_id, name) VALUES ($1, $2)', [job.id, job.name]);
+        }
+        await db.query('COMMIT');
+        console.log(JSON.stringify({ id: job.id, name: job.name, first: rows[0].first }));
+      } catch (e) {
+        await db.query('ROLLBACK');
+        throw e;
+      } finally {
+        db.release();
+      }
+    } : async (job) => {
       console.log(JSON.stringify({
         id: job.id, name: job.name, data: job.data, attemptsMade: job.attemptsMade,
         opts: job.opts, priority: job.priority,
@@ -46,6 +75,7 @@ async function main() {
     await allDone;
     clearTimeout(timer);
     await worker.close();
+    if (pool) await pool.end();
     console.log(JSON.stringify({ counts: await queue.getJobCounts() }));
   } else if (cmd !== 'setup') throw new Error(`unknown command ${cmd}`);
   await queue.close();

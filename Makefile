@@ -43,6 +43,7 @@ OBJS = \
 	src/targets/nats.o \
 	src/targets/rabbitmq.o \
 	src/targets/redis.o \
+	src/targets/redis_url.o \
 	src/relay/policy.o \
 	src/relay/delivery.o \
 	src/relay/priority.o \

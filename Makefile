@@ -12,7 +12,8 @@ MODULE_big = outbox
 #                 over http and https (TLS through OpenSSL) on connections
 #                 libcurl opens, HTTP/2 through libcurl, Kafka through
 #                 librdkafka, NATS JetStream through libnats, RabbitMQ
-#                 through librabbitmq, the address policy, signatures,
+#                 through librabbitmq, BullMQ and Redis streams over a
+#                 RESP client of ours, the address policy, signatures,
 #                 formats
 OBJS = \
 	src/outbox.o \
@@ -41,6 +42,8 @@ OBJS = \
 	src/targets/kafka.o \
 	src/targets/nats.o \
 	src/targets/rabbitmq.o \
+	src/targets/redis.o \
+	src/targets/redis_url.o \
 	src/relay/policy.o \
 	src/relay/delivery.o \
 	src/relay/priority.o \

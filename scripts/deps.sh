@@ -16,6 +16,7 @@ PACKAGES=(
 	librabbitmq-dev         # the RabbitMQ target
 	libssl-dev              # amqps: the RabbitMQ target sets OpenSSL's verification
 	rabbitmq-server         # TAP tests: a broker each test starts itself
+	redis-server            # TAP tests: Redis for BullMQ and streams, started by the test
 	libipc-run-perl perl    # TAP tests: IPC::Run and prove
 	python3                 # scripts/receiver.py
 	clang libclang-rt-14-dev  # test/h1: the parser's libFuzzer target
@@ -75,7 +76,22 @@ if [ "$(id -u)" -eq 0 ] && dpkg-query -W -f='${Status}' rabbitmq-server 2>/dev/n
 	fi
 fi
 
-# The npm packages of t/node (the CloudEvents SDK, the NATS and AMQP clients), exactly as
+# The Debian package of redis-server enables a default instance on port
+# 6379; the tests start their own on ports of their own: stop and disable
+# it.
+if [ "$(id -u)" -eq 0 ] && dpkg-query -W -f='${Status}' redis-server 2>/dev/null | grep -q 'install ok installed'; then
+	if command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
+		systemctl disable --now redis-server >/dev/null 2>&1 || true
+	else
+		if [ -f /run/redis/redis-server.pid ]; then
+			service redis-server stop >/dev/null 2>&1 || true
+		fi
+		update-rc.d redis-server disable >/dev/null 2>&1 || true
+	fi
+fi
+
+# The npm packages of t/node (the CloudEvents SDK, the NATS and AMQP
+# clients, BullMQ 6 and 5 (as bullmq5) with ioredis), exactly as
 # t/node/package-lock.json pins them, into t/node/node_modules.  Done again
 # only when the lock file changed since the last install (a copy of it is
 # kept in node_modules), so a second run needs no network.

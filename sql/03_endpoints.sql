@@ -257,6 +257,42 @@ SELECT u AS url, try(format('SELECT outbox.create_endpoint(%L, %L)', 'ep-badamqp
          'amqp://rabbit/?exchange=x&mandatory=0',
          'amqp://rabbit/?exchange=x#f'
        ]) AS u;
+-- BullMQ and Redis stream URLs (the Redis target): host and port (6379
+-- by default), a database number, the queue or stream; bullmq options
+-- job_id (no ":"), attempts, backoff, remove_on_complete, remove_on_fail,
+-- prefix, layout, priority; redis option maxlen; bullmqs and rediss over
+-- TLS.  Credentials and unknown options are refused.
+SELECT u AS url, try(format('SELECT outbox.create_endpoint(%L, %L)', 'ep-redis-' || n, u)) AS result
+  FROM unnest(ARRAY[
+         'bullmq://redis:6379/emails',
+         'BULLMQ://redis/2/emails?job_id=email-{key}-{event_id}&attempts=3&backoff=exponential:5000',
+         'bullmq://[::1]:6380/q?remove_on_complete=100&remove_on_fail=false&prefix={bull}&layout=5&priority=off',
+         'redis://redis/orders:stream',
+         'REDIS://10.0.0.5:6379/3/audit?maxlen=1000',
+         'BULLMQS://redis/q',
+         'rediss://redis/s'
+       ]) WITH ORDINALITY AS v(u, n);
+SELECT name, url FROM outbox.endpoints WHERE name LIKE 'ep-redis-%' ORDER BY name COLLATE "C";
+SELECT count(outbox.drop_endpoint(name)) AS dropped FROM outbox.endpoints WHERE name LIKE 'ep-redis-%';
+SELECT u AS url, try(format('SELECT outbox.create_endpoint(%L, %L)', 'ep-badredis', u)) AS result
+  FROM unnest(ARRAY[
+         'bullmq://',
+         'bullmq://redis:6379/',
+         'bullmq://redis:6379/x/q',
+         'bullmq://redis/q:1',
+         'bullmq://user:pw@redis/q',
+         'bullmq://redis/q?job_id=a:{event_id}',
+         'bullmq://redis/q?job_id={id}',
+         'bullmq://redis/q?attempts=0',
+         'bullmq://redis/q?backoff=linear:10',
+         'bullmq://redis/q?remove_on_complete=maybe',
+         'bullmq://redis/q?layout=3',
+         'bullmq://redis/q?attempts=2&attempts=3',
+         'bullmq://redis/q?maxlen=5',
+         'redis://redis/s?maxlen=0',
+         'redis://redis/s?job_id=x'
+       ]) AS u;
+SELECT count(*) AS badredis_written FROM outbox.endpoints WHERE name = 'ep-badredis';
 SELECT try(format('SELECT outbox.create_endpoint(%L, %L)', 'ep-badamqp',
                   'amqp://rabbit/?exchange=' || repeat('e', 256))) LIKE '22023: invalid endpoint URL %' AS exchange_256_refused;
 SELECT try(format('SELECT outbox.create_endpoint(%L, %L)', 'ep-amqp-255',

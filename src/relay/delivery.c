@@ -184,6 +184,7 @@ delivery_request(Delivery *d)
 	req->event_headers = d->event_headers;
 	req->n_event_headers = d->n_event_headers;
 	req->emitted_at = d->emitted_at;
+	req->priority = d->priority;
 	memset(&d->result, 0, sizeof(d->result));
 	req->result = &d->result;
 	return req;

@@ -124,6 +124,7 @@ endpoints_load(HTAB *endpoints, MemoryContext cxt)
 			free_endpoint_strings(ep);
 		ep->name = row->name;
 		ep->dest.id = ep->id;
+		ep->dest.name = row->name;
 		ep->dest.url = row->url;
 		ep->target = target_of_url(ep->dest.url);
 		ep->dest.headers = row->headers;

@@ -9,7 +9,7 @@
  * The relay sleeps in one wait (wait.c): on its latch, on what the targets
  * registered there at their start (libcurl's sockets and clocks, the pipes
  * the Kafka target's queues, the NATS target's acknowledgements and the
- * RabbitMQ target's publisher threads write to); after it, every target
+ * RabbitMQ and Redis targets' publisher threads write to); after it, every target
  * reads what arrived (target_wait).  All but target_check_url runs in the
  * relay, with no transaction open.
  *
@@ -32,6 +32,7 @@ static const TargetOps *const targets[TARGET_KINDS] = {
 	[TARGET_KAFKA] = &outbox_kafka_target,
 	[TARGET_NATS] = &outbox_nats_target,
 	[TARGET_RABBITMQ] = &outbox_rabbitmq_target,
+	[TARGET_REDIS] = &outbox_redis_target,
 };
 
 /* The target of an endpoint URL (_check_url accepted it). */
@@ -44,6 +45,9 @@ target_of_url(const char *url)
 		return TARGET_NATS;
 	if (pg_strncasecmp(url, "amqp://", 7) == 0 || pg_strncasecmp(url, "amqps://", 8) == 0)
 		return TARGET_RABBITMQ;
+	if (pg_strncasecmp(url, "bullmq://", 9) == 0 || pg_strncasecmp(url, "bullmqs://", 10) == 0 ||
+		pg_strncasecmp(url, "redis://", 8) == 0 || pg_strncasecmp(url, "rediss://", 9) == 0)
+		return TARGET_REDIS;
 	return TARGET_WEBHOOK;
 }
 

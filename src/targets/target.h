@@ -14,7 +14,8 @@
  * scheme chooses the target (target_of_url): http and https go to the
  * webhook target (webhook.c, over http.c), kafka to the Kafka target
  * (kafka.c), nats to the NATS JetStream target (nats.c), amqp to the
- * RabbitMQ target (rabbitmq.c).  Nothing here knows the relay: the relay
+ * RabbitMQ target (rabbitmq.c), bullmq and redis to the Redis target
+ * (redis.c: BullMQ jobs, stream entries).  Nothing here knows the relay: the relay
  * embeds a TargetEndpoint in each of its endpoints and a TargetRequest in
  * each of its deliveries (relay/delivery.h).
  *
@@ -45,6 +46,7 @@ typedef enum TargetKind
 	TARGET_KAFKA,				/* kafka:// */
 	TARGET_NATS,				/* nats:// (JetStream) */
 	TARGET_RABBITMQ,			/* amqp:// */
+	TARGET_REDIS,				/* bullmq://, redis:// */
 	TARGET_KINDS
 } TargetKind;
 
@@ -55,6 +57,7 @@ typedef enum TargetKind
 typedef struct TargetEndpoint
 {
 	int			id;
+	const char *name;			/* the endpoint's name */
 	char	   *url;
 	char	   *headers;		/* "name: value\n" lines, endpoint's own */
 	OutboxFormat format;		/* what its requests look like */
@@ -83,6 +86,7 @@ typedef struct TargetRequest
 	char	  **event_headers;	/* "name: value" lines */
 	int			n_event_headers;
 	TimestampTz emitted_at;
+	int16		priority;		/* the event's: higher goes first */
 	uint32		auth_generation;	/* of the OAuth2 token it was sent with */
 	TargetResult *result;		/* zeroed by the relay before submit() */
 } TargetRequest;
@@ -132,10 +136,11 @@ extern TargetRequest *target_next_done(void);
 extern bool target_wait(long timeout_ms);
 extern void target_abandon_all(void);
 
-/* The targets (webhook.c, kafka.c, nats.c, rabbitmq.c). */
+/* The targets (webhook.c, kafka.c, nats.c, rabbitmq.c, redis.c). */
 extern const TargetOps outbox_webhook_target;
 extern const TargetOps outbox_kafka_target;
 extern const TargetOps outbox_nats_target;
 extern const TargetOps outbox_rabbitmq_target;
+extern const TargetOps outbox_redis_target;
 
 #endif							/* OUTBOX_TARGET_H */

@@ -1,0 +1,459 @@
+# The Redis target against a real redis-server (started here on 127.0.0.1,
+# appendfsync always, its files in a temporary directory) and real BullMQ
+# Workers from npm (bullmq 6 and 5, t/node/bullmq_worker.js): jobs arrive
+# with their name, data, id template, attempts and backoff, and a Worker
+# that throws once sees BullMQ's own retry; priorities keep their order; the
+# same event added twice runs once and is recorded delivered; a paused
+# queue takes jobs; URLs and job ids BullMQ would refuse are refused; stream
+# entries carry the event's fields; a Redis stopped and started while
+# events flow loses nothing; hostile replies fail the attempt and the relay
+# keeps running; crash rounds lose nothing and add no job twice.
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::Bin;
+use OutboxTest qw(:all);
+use IO::Socket::INET;
+use IPC::Run;
+use JSON::PP;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(usleep);
+
+my $server = '/usr/bin/redis-server';
+plan skip_all => 'redis-server is not installed (scripts/deps.sh)' unless -x $server;
+my $worker = "$FindBin::Bin/node/bullmq_worker.js";
+-d "$FindBin::Bin/node/node_modules/bullmq" && -d "$FindBin::Bin/node/node_modules/bullmq5"
+  or die 'npm packages bullmq and bullmq5 missing in t/node (scripts/deps.sh)';
+
+# Redis: its own port and directory; every acknowledged write on disk.
+my $dir = PostgreSQL::Test::Utils::tempdir;
+my $port = PostgreSQL::Test::Cluster::get_free_port();
+my $redis;
+my $redis_out = '';
+
+# TLS on a second port of the same server, with certificates made here (a
+# CA, the server's for 127.0.0.1 alone).
+my $tls = PostgreSQL::Test::Utils::tempdir;
+my $tls_port = PostgreSQL::Test::Cluster::get_free_port();
+make_certificates($tls, [ 'server', "subjectAltName = IP:127.0.0.1\nextendedKeyUsage = serverAuth" ]);
+
+sub redis_up
+{
+	my $sock = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port, Timeout => 1);
+	return defined $sock;
+}
+
+sub start_redis
+{
+	$redis = IPC::Run::start(
+		[ $server, '--port', $port, '--bind', '127.0.0.1', '--dir', $dir, '--save', '',
+		  '--appendonly', 'yes', '--appendfsync', 'always', '--daemonize', 'no',
+		  '--tls-port', $tls_port, '--tls-cert-file', "$tls/server.crt", '--tls-key-file', "$tls/server.key",
+		  '--tls-ca-cert-file', "$tls/ca.crt", '--tls-auth-clients', 'no' ],
+		'<', \undef, '>&', \$redis_out);
+	my $deadline = time() + 30;
+	until (redis_up())
+	{
+		die "redis-server did not start:\n$redis_out" if time() > $deadline || !$redis->pumpable;
+		usleep(100_000);
+	}
+}
+
+sub stop_redis
+{
+	return unless $redis;
+	$redis->signal('TERM');    # a clean shutdown: the AOF is complete
+	$redis->finish;
+	undef $redis;
+}
+
+# Hostile servers, stopped however the test ends.
+my @hostile;
+
+END
+{
+	local $?;
+	if ($redis)
+	{
+		$redis->signal('KILL');
+		$redis->finish;
+	}
+	$_->kill_kill for @hostile;
+}
+
+sub cli
+{
+	my ($out, $err) = ('', '');
+	IPC::Run::run([ 'redis-cli', '-p', $port, @_ ], '>', \$out, '2>', \$err, IPC::Run::timeout(30))
+	  or die "redis-cli @_: $err";
+	chomp $out;
+	return $out;
+}
+
+sub node
+{
+	my ($major, $queue, @args) = @_;
+	my ($out, $err) = ('', '');
+	IPC::Run::run([ 'node', $worker, $major, $port, $queue, @args ], '>', \$out, '2>', \$err,
+		IPC::Run::timeout(90))
+	  or die "bullmq_worker.js @args: $err";
+	return $out;
+}
+
+# What a Worker ran: its lines (hashes) and the counts at its end.
+sub run_worker
+{
+	my ($major, $queue, $n, $seconds) = @_;
+	my @lines = map { decode_json($_) } grep { /^\{/ } split /\n/,
+	  node($major, $queue, 'run', $n, $seconds // 20);
+	my ($counts) = map { $_->{counts} } grep { exists $_->{counts} } @lines;
+	return ([ grep { !exists $_->{counts} } @lines ], $counts);
+}
+
+start_redis();
+ok(redis_up(), "redis-server listens on 127.0.0.1:$port");
+
+my $node = outbox_node('redis', conf => qq{
+outbox.retry_schedule = '300ms'
+outbox.ca_file = '$tls/ca.crt'
+restart_after_crash = on
+});
+
+# URLs refused at create_endpoint, with nothing written.
+for my $bad ("bullmq://127.0.0.1:$port/q?job_id=a:{event_id}", "bullmq://127.0.0.1:$port/",
+ "bullmq://u:p\@127.0.0.1:$port/q",
+	"bullmq://127.0.0.1:$port/q?attempts=0", "bullmq://127.0.0.1:$port/q?backoff=linear:5",
+	"bullmq://127.0.0.1:$port/q?job_id={id}", "redis://127.0.0.1:$port/s?maxlen=x")
+{
+	my ($rc, $out, $err) = $node->psql('postgres',
+		'SELECT outbox.create_endpoint(' . lit('bad') . ', ' . lit($bad) . ')');
+	like($err, qr/invalid endpoint URL/, "refused: $bad");
+}
+my (undef, undef, $colon_err) = $node->psql('postgres',
+	"SELECT outbox.create_endpoint('bad', 'bullmq://127.0.0.1:$port/q?job_id=a:{event_id}')");
+like($colon_err, qr/may not contain ":"/, 'a ":" in the job id template: said so');
+is(sql(q{SELECT count(*) FROM outbox.endpoints}), '0', 'refused URLs wrote nothing');
+wait_for_relay() or die 'relay did not start';
+
+# Both majors: jobs with their name, data, id, attempts and backoff; the
+# one that throws once is retried by BullMQ; priorities in order.
+for my $major (6, 5)
+{
+	my $q = "orders$major";
+	node($major, $q, 'setup');
+	my $since = sql('SELECT now()');
+	sql("SELECT outbox.create_endpoint('bq$major',
+		'BULLMQ://127.0.0.1:$port/$q?job_id=email-{key}-{event_id}&attempts=3&backoff=fixed:200&remove_on_complete=false',
+		'{booking.*,fail.once,prio.*}')");
+	my @booking = split /\n/, sql(q{
+SELECT outbox.emit('booking.confirmed', '{"n": 1}', 'b1');
+SELECT outbox.emit('booking.rescheduled', '{"n": 2}', 'b1');
+SELECT outbox.emit('booking.cancelled', '{"n": 3}', 'b1');
+SELECT outbox.emit('fail.once', '{"n": 4}', 'f1');});
+	my @prio = split /\n/, sql(q{BEGIN;
+SELECT outbox.emit('prio.low', '{"n": 5}', 'p1', priority => 1);
+SELECT outbox.emit('prio.high', '{"n": 6}', 'p5', priority => 5);
+SELECT outbox.emit('prio.mid', '{"n": 7}', 'p3', priority => 3);
+COMMIT;});
+	@prio = grep { /^[0-9a-f-]{36}$/ } @prio;
+	ok($node->poll_query_until('postgres',
+			"SELECT count(*) = 7 FROM outbox.attempts WHERE endpoint = 'bq$major' AND status = 200"),
+		"bullmq $major: 7 jobs added, recorded delivered");
+	like(sql("SELECT response FROM outbox.attempts WHERE endpoint = 'bq$major' AND event_id = '$booking[0]'"),
+		qr/^job email-b1-$booking[0] added$/, "bullmq $major: the attempt log shows the job id");
+	is(sql("SELECT url FROM outbox.endpoints WHERE name = 'bq$major'"),
+		"bullmq://127.0.0.1:$port/$q?job_id=email-{key}-{event_id}&attempts=3&backoff=fixed:200&remove_on_complete=false",
+		"bullmq $major: the scheme is kept in lower case");
+
+	my ($runs, $counts) = run_worker($major, $q, 7);
+	my %by_id;
+	push @{ $by_id{ $_->{id} } }, $_ for @$runs;
+	is(scalar(keys %by_id), 7, "bullmq $major: a Worker ran 7 jobs");
+	my $first = $by_id{"email-b1-$booking[0]"}[0];
+	is($first->{name}, 'booking.confirmed', "bullmq $major: the job name is the event type");
+	is($first->{data}{type}, 'booking.confirmed', "bullmq $major: the data is the Standard Webhooks body");
+	is($first->{data}{data}{n}, 1, "bullmq $major: with the payload");
+	is($first->{opts}{attempts}, 3, "bullmq $major: attempts");
+	is_deeply($first->{opts}{backoff}, { type => 'fixed', delay => 200 }, "bullmq $major: backoff");
+	my $fail = $by_id{"email-f1-$booking[3]"};
+	is(scalar(@$fail), 2, "bullmq $major: the job that threw ran again");
+	is(join(',', map { $_->{attemptsMade} } @$fail), '0,1', "bullmq $major: the second run is BullMQ's retry");
+	my @order = map { $_->{name} } grep { $_->{name} =~ /^prio/ } @$runs;
+	is(join(',', @order[0 .. 2]), 'prio.high,prio.mid,prio.low',
+		"bullmq $major: higher priority ran first");
+	my @names = map { $_->{name} } grep { $_->{name} =~ /^booking/ } @$runs;
+	is(join(',', @names), 'booking.confirmed,booking.rescheduled,booking.cancelled',
+		"bullmq $major: events of one priority in their order");
+	is($counts->{completed}, 7, "bullmq $major: getJobCounts: 7 completed");
+	is(($counts->{failed} // 0) + ($counts->{waiting} // 0) + ($counts->{prioritized} // 0) + ($counts->{delayed} // 0),
+		0, "bullmq $major: none failed, waiting or delayed");
+
+	# The same events sent again (replay; the endpoint subscribes to the
+	# other major's events too, emitted before $since): BullMQ's dedupe,
+	# recorded delivered.
+	sql("SELECT outbox.replay('bq$major', '$since')");
+	ok($node->poll_query_until('postgres',
+			"SELECT count(*) = 7 FROM outbox.attempts WHERE endpoint = 'bq$major' AND status = 200
+			    AND response LIKE '%already in the queue'"),
+		"bullmq $major: a replayed event is delivered as already in the queue");
+	($runs, $counts) = run_worker($major, $q, 1, 2);
+	is(scalar(@$runs), 0, "bullmq $major: and no job ran twice");
+
+	# A paused queue takes jobs; they run once it is resumed.
+	node($major, $q, 'pause');
+	my $paused = sql(q{SELECT outbox.emit('booking.confirmed', '{"n": 8}', 'b2')});
+	ok($node->poll_query_until('postgres',
+			"SELECT count(*) = 1 FROM outbox.attempts WHERE endpoint = 'bq$major' AND event_id = '$paused' AND status = 200"),
+		"bullmq $major: a paused queue took the job");
+	node($major, $q, 'resume');
+	($runs, $counts) = run_worker($major, $q, 1);
+	is(join(',', map { $_->{id} } @$runs), "email-b2-$paused", "bullmq $major: it ran after resume");
+	sql("SELECT outbox.drop_endpoint('bq$major')");
+}
+
+# A consumer that dedupes with mark_processed() in its own transaction:
+# with remove_on_complete=true BullMQ forgets a finished job, so a replay
+# adds it again and it runs again; the second run changes nothing.  An
+# event type the consumer does not handle is marked and does not block.
+sql("CREATE TABLE received (job_id text PRIMARY KEY, name text)");
+my $since_mark = sql('SELECT now()');
+sql("SELECT outbox.create_endpoint('bq_mark', 'bullmq://127.0.0.1:$port/marked?remove_on_complete=true&priority=off',
+	'{order.placed,user.unknown}')");
+my @marked = split /\n/, sql(q{SELECT outbox.emit('order.placed', '{"n": 30}');
+SELECT outbox.emit('user.unknown', '{"n": 31}'); SELECT outbox.emit('order.placed', '{"n": 32}');});
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 3 FROM outbox.attempts WHERE endpoint = 'bq_mark' AND status = 200"),
+	'mark: 3 jobs added');
+my @first_runs = map { decode_json($_) } grep { /^\{"id"/ } split /\n/,
+  node(6, 'marked', 'mark', 3, 20, $node->host, $node->port);
+is(join(',', map { $_->{first} ? 1 : 0 } @first_runs), '1,1,1', 'mark: each job marked the first time');
+is(sql('SELECT count(*) FROM received'), '2', 'mark: the two order.placed jobs applied, the unknown type only marked');
+is(cli('EXISTS', "bull:marked:$marked[0]"), '0', 'mark: BullMQ removed the finished jobs (remove_on_complete)');
+sql("SELECT outbox.replay('bq_mark', '$since_mark')");
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 6 FROM outbox.attempts WHERE endpoint = 'bq_mark' AND status = 200 AND response LIKE '%added'"),
+	'mark: a replay of removed jobs adds them again (the dedupe lasts as long as the job)');
+my @second_runs = map { decode_json($_) } grep { /^\{"id"/ } split /\n/,
+  node(6, 'marked', 'mark', 3, 20, $node->host, $node->port);
+is(join(',', map { $_->{first} ? 1 : 0 } @second_runs), '0,0,0', 'mark: the second runs found them marked');
+is(sql('SELECT count(*) FROM received'), '2', 'mark: and changed nothing');
+sql("SELECT outbox.drop_endpoint('bq_mark')");
+
+# A job id BullMQ would refuse is a dead letter with the reason.
+sql("SELECT outbox.create_endpoint('bq_key', 'bullmq://127.0.0.1:$port/keyed?job_id={key}', '{keyed}', max_attempts => 1)");
+my ($colon, $int) = split /\n/, sql(q{SELECT outbox.emit('keyed', '{}', 'a:b'); SELECT outbox.emit('keyed', '{}', '42');});
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM outbox.dead_letters WHERE event_id = '$colon' AND last_error LIKE '%contains \":\"%'"),
+	'a job id with ":" is a dead letter that says why');
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM outbox.dead_letters WHERE event_id = '$int' AND last_error LIKE '%is an integer%'"),
+	'an integer job id is a dead letter that says why');
+sql("SELECT outbox.drop_endpoint('bq_key')");
+
+# Streams: XADD with the event's fields; the entry id in the attempt log.
+sql("SELECT outbox.create_endpoint('st', 'redis://127.0.0.1:$port/orders:stream?maxlen=1000', '{order.*}')");
+my $ev = sql(q{SELECT outbox.emit('order.paid', '{"n": 10}', 'k-10', headers => '{"x-trace": "t1"}')});
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM outbox.attempts WHERE endpoint = 'st' AND event_id = '$ev' AND status = 200"),
+	'stream: the entry was added');
+my $entry_id = sql("SELECT response FROM outbox.attempts WHERE endpoint = 'st' AND event_id = '$ev'");
+like($entry_id, qr/^\d+-\d+$/, 'stream: the attempt log shows the entry id');
+my @fields = split /\n/, cli('XRANGE', 'orders:stream', $entry_id, $entry_id);
+my %f = @fields[ 1 .. $#fields ];
+is($f{event_id}, $ev, 'stream: event_id');
+is($f{type}, 'order.paid', 'stream: type');
+is($f{key}, 'k-10', 'stream: key');
+is(decode_json($f{headers})->{'x-trace'}, 't1', 'stream: the event\'s headers');
+is(decode_json($f{body})->{data}{n}, 10, 'stream: the body');
+like($f{timestamp}, qr/^\d{4}-\d\d-\d\dT/, 'stream: the timestamp');
+
+# WRONGTYPE: a dead letter with Redis's message.
+cli('SET', 'not-a-stream', 'x');
+sql("SELECT outbox.create_endpoint('st_wrong', 'redis://127.0.0.1:$port/not-a-stream', '{wrong.type}')");
+my $wrong = sql(q{SELECT outbox.emit('wrong.type', '{}')});
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM outbox.dead_letters WHERE event_id = '$wrong' AND last_error LIKE '%WRONGTYPE%'"),
+	'WRONGTYPE is a dead letter with Redis\'s message');
+
+# TLS: bullmqs:// and rediss:// verified against outbox.ca_file and the
+# URL's host; a name the certificate does not have fails the attempt.
+sql("SELECT outbox.create_endpoint('bq_tls', 'bullmqs://127.0.0.1:$tls_port/tlsq', '{tls.job}');
+     SELECT outbox.create_endpoint('st_tls', 'rediss://127.0.0.1:$tls_port/tls-stream', '{tls.entry}');
+     SELECT outbox.create_endpoint('st_tls_name', 'rediss://localhost:$tls_port/tls-name', '{tls.name}')");
+my ($tls_job, $tls_entry, $tls_name) = split /\n/,
+  sql(q{SELECT outbox.emit('tls.job', '{"n": 20}'); SELECT outbox.emit('tls.entry', '{"n": 21}');
+        SELECT outbox.emit('tls.name', '{"n": 22}')});
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 2 FROM outbox.attempts WHERE event_id IN ('$tls_job', '$tls_entry') AND status = 200"),
+	'TLS: the job and the entry were added');
+my ($tls_runs) = run_worker(6, 'tlsq', 1);
+is(join(',', map { $_->{id} } @$tls_runs), $tls_job, 'TLS: a Worker ran the job');
+is(cli('XLEN', 'tls-stream'), '1', 'TLS: the stream has the entry');
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) > 0 FROM outbox.attempts WHERE event_id = '$tls_name' AND status IS NULL
+		    AND error LIKE '%certificate verify failed%'"),
+	'TLS: a host name the certificate does not have fails the attempt');
+note(sql("SELECT error FROM outbox.attempts WHERE event_id = '$tls_name' LIMIT 1"));
+sql(q{SELECT outbox.drop_endpoint('st_tls_name')});
+
+# Redis stopped and started while 300 jobs are added: none lost, none twice.
+sql("SELECT outbox.create_endpoint('bq_restart', 'bullmq://127.0.0.1:$port/restart', '{restart.*}', timeout => '2 seconds',
+	max_attempts => 100)");
+sql(q{SELECT outbox.emit('restart.a', jsonb_build_object('n', g)) FROM generate_series(1, 100) g});
+ok($node->poll_query_until('postgres',
+		q{SELECT count(*) > 0 FROM outbox.attempts WHERE endpoint = 'bq_restart' AND status = 200}),
+	'restart: jobs flow');
+stop_redis();
+sql(q{SELECT outbox.emit('restart.b', jsonb_build_object('n', g)) FROM generate_series(101, 300) g});
+ok($node->poll_query_until('postgres',
+		q{SELECT count(*) > 0 FROM outbox.attempts WHERE endpoint = 'bq_restart' AND status IS NULL AND error IS NOT NULL}),
+	'restart: attempts failed while Redis was down');
+start_redis();
+ok($node->poll_query_until('postgres',
+		q{SELECT count(DISTINCT event_id) = 300 FROM outbox.attempts WHERE endpoint = 'bq_restart' AND status = 200}),
+	'restart: all 300 recorded delivered');
+is(cli('ZCARD', 'bull:restart:prioritized'), '300', 'restart: 300 jobs in the queue, none lost, none twice');
+
+# Redis killed (SIGKILL) and away for a while: the adds fail as transport
+# errors, the circuit opens (endpoint_health counts the failures in a row)
+# and closes once Redis is back; nothing is lost.
+sql("SELECT outbox.create_endpoint('bq_down', 'bullmq://127.0.0.1:$port/down', '{down.*}', timeout => '1 second',
+	max_attempts => 100)");
+sql(q{SELECT outbox.emit('down.a', jsonb_build_object('n', g)) FROM generate_series(1, 50) g});
+ok($node->poll_query_until('postgres',
+		q{SELECT count(*) = 50 FROM outbox.attempts WHERE endpoint = 'bq_down' AND status = 200}),
+	'down: the first 50 added');
+$redis->signal('KILL');
+$redis->finish;
+undef $redis;
+sql(q{SELECT outbox.emit('down.b', jsonb_build_object('n', g)) FROM generate_series(51, 300) g});
+ok($node->poll_query_until('postgres', q{
+SELECT h.consecutive_failures >= 20 AND h.failing_since IS NOT NULL
+  FROM outbox.endpoint_health h JOIN outbox.endpoints e ON e.id = h.endpoint_id WHERE e.name = 'bq_down'}),
+	'down: health shows the failures in a row (the circuit is open)');
+my $tried_down = sql(q{SELECT count(*) FROM outbox.attempts WHERE endpoint = 'bq_down' AND status IS NULL});
+start_redis();
+ok($node->poll_query_until('postgres',
+		q{SELECT count(DISTINCT event_id) = 300 FROM outbox.attempts WHERE endpoint = 'bq_down' AND status = 200}),
+	'down: all 300 added once Redis is back');
+ok($node->poll_query_until('postgres', q{
+SELECT h.consecutive_failures = 0 AND h.failing_since IS NULL
+  FROM outbox.endpoint_health h JOIN outbox.endpoints e ON e.id = h.endpoint_id WHERE e.name = 'bq_down'}),
+	'down: health shows it healthy again (the circuit closed)');
+is(cli('ZCARD', 'bull:down:prioritized'), '300', 'down: 300 jobs, none lost, none twice');
+note("attempts that failed while Redis was away: $tried_down");
+
+# Hostile servers: an oversized bulk string, an array, an endless line.
+my %hostile_reply = (huge => "\$999999999\r\n", array => "*2\r\n:1\r\n:2\r\n", endless => '+' . ('x' x 10000));
+for my $kind (sort keys %hostile_reply)
+{
+	my $hport = PostgreSQL::Test::Cluster::get_free_port();
+	my $code = q{use IO::Socket::INET; my ($port, $reply) = ($ARGV[0], pack('H*', $ARGV[1]));
+		my $l = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => $port, Listen => 16, ReuseAddr => 1)
+		  or die $!;
+		$SIG{PIPE} = 'IGNORE';
+		while (my $c = $l->accept) { my $b; sysread($c, $b, 65536); print $c $reply; sleep 1; close $c }};
+	push @hostile, IPC::Run::start([ 'perl', '-e', $code, $hport, unpack('H*', $hostile_reply{$kind}) ],
+		'<', \undef, '>', \my $o, '2>', \my $e);
+	usleep(300_000);
+	sql("SELECT outbox.create_endpoint('h_$kind', 'bullmq://127.0.0.1:$hport/q', '{hostile.$kind}', timeout => '2 seconds')");
+}
+my $pid = relay_pid();
+sql(qq{SELECT outbox.emit('hostile.$_', '{}')}) for sort keys %hostile_reply;
+for my $kind (sort keys %hostile_reply)
+{
+	ok($node->poll_query_until('postgres',
+			"SELECT count(*) > 0 FROM outbox.attempts WHERE endpoint = 'h_$kind' AND status IS NULL AND error IS NOT NULL"),
+		"hostile $kind: the attempt failed");
+	note(sql("SELECT error FROM outbox.attempts WHERE endpoint = 'h_$kind' LIMIT 1"));
+}
+like(sql(q{SELECT error FROM outbox.attempts WHERE endpoint = 'h_huge' LIMIT 1}), qr/bulk string of 999999999 bytes/,
+	'hostile: the oversized bulk string is named');
+like(sql(q{SELECT error FROM outbox.attempts WHERE endpoint = 'h_array' LIMIT 1}), qr/array/, 'hostile: the array is named');
+like(sql(q{SELECT error FROM outbox.attempts WHERE endpoint = 'h_endless' LIMIT 1}), qr/longer than 4096/,
+	'hostile: the endless line is named');
+is(relay_pid(), $pid, 'the relay kept running');
+my $after = sql(q{SELECT outbox.emit('order.paid', '{"n": 11}')});
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM outbox.attempts WHERE endpoint = 'st' AND event_id = '$after' AND status = 200"),
+	'and delivers to a healthy endpoint');
+
+sql(qq{SELECT outbox.drop_endpoint('h_$_')}) for sort keys %hostile_reply;
+
+# Crash rounds: the relay killed, then the server stopped -m immediate,
+# while transactions emit (one in ten rolled back) to a BullMQ queue and a
+# stream.  Every committed event is a job and an entry, nothing else is;
+# a job re-sent from the crash window is answered "already there" (BullMQ
+# counts it as a "duplicated" event) and never made twice.
+sql("SELECT outbox.create_endpoint('bq_crash', 'bullmq://127.0.0.1:$port/crash', '{crash.*}');
+     SELECT outbox.create_endpoint('st_crash', 'redis://127.0.0.1:$port/crash-stream', '{crash.*}')");
+my (%seen_entry, %all_committed);
+for my $kind (qw(relay server))
+{
+	my $old_relay = relay_pid();
+	die "crash ($kind): no relay to kill" unless $old_relay =~ /^\d+$/;
+	my @h;
+	for my $c (1 .. 2)
+	{
+		my $file = "$dir/crash-$kind-$c.sql";
+		open my $fh, '>', $file or die $!;
+		for my $t (1 .. 60)
+		{
+			print $fh "BEGIN;\n";
+			print $fh "SELECT outbox.emit('crash.e', '{\"r\": \"$kind\", \"c\": $c, \"t\": $t, \"i\": $_}', 'c$c-k"
+			  . int(rand(5)) . "');\n" for 0 .. int(rand(3));
+			print $fh rand() < 0.1 ? "ROLLBACK;\n" : "COMMIT;\n";
+		}
+		close $fh;
+		push @h, IPC::Run::start([ 'psql', '-X', '-q', '-d', $node->connstr('postgres'), '-f', $file ],
+			'>', \my $out, '2>', \my $err);
+	}
+	my $trigger = 20 + int(rand(60));
+	$node->poll_query_until('postgres', qq{
+SELECT count(*) >= $trigger FROM outbox.attempts a JOIN outbox.events e USING (event_id)
+ WHERE a.status = 200 AND a.endpoint = 'bq_crash' AND e.payload->>'r' = '$kind'})
+	  or die "$kind: $trigger adds did not come";
+	if ($kind eq 'relay')
+	{
+		kill 'KILL', $old_relay;
+	}
+	else
+	{
+		$node->stop('immediate');
+		$node->start;
+	}
+	$_->finish for @h;
+	relay_restarted($node, $old_relay) or die "$kind: relay not running after the crash";
+	ok($node->poll_query_until('postgres', q{
+SELECT b.deliveries_waiting = 0 AND NOT EXISTS (SELECT 1 FROM outbox.retries) FROM outbox.backlog b}),
+		"crash ($kind): nothing owed after the restart");
+	my %committed = map { $_ => 1 }
+	  split /\n/, sql(qq{SELECT event_id FROM outbox.events WHERE payload->>'r' = '$kind'});
+	my %jobs = map { $_ => 1 } grep { length } split /\n/, cli('ZRANGE', 'bull:crash:prioritized', '0', '-1');
+	is(scalar(grep { !$jobs{$_} } keys %committed), 0, "crash ($kind): no committed event lost from the queue");
+	my %entries;
+	my @x = split /\n/, cli('XRANGE', 'crash-stream', '-', '+');
+	for my $i (0 .. $#x - 1)
+	{
+		$entries{ $x[ $i + 1 ] }++ if $x[$i] eq 'event_id';
+	}
+	delete $entries{$_} for keys %seen_entry;
+	is(scalar(grep { !$entries{$_} } keys %committed), 0, "crash ($kind): no committed event lost from the stream");
+	is(scalar(grep { !$committed{$_} } keys %entries), 0, "crash ($kind): no phantom in the stream");
+	my $dup_entries = 0;
+	$dup_entries += $_ - 1 for values %entries;
+	my $duplicated = () = cli('XRANGE', 'bull:crash:events', '-', '+') =~ /^duplicated$/mg;
+	diag(sprintf('redis crash round (%s): %d events; stream copies beyond the first %d; '
+			. 'BullMQ "duplicated" answers so far %d', $kind, scalar(keys %committed), $dup_entries, $duplicated));
+	$seen_entry{$_} = 1 for keys %entries;
+	$all_committed{$_} = 1 for keys %committed;
+}
+my @all_jobs = grep { length } split /\n/, cli('ZRANGE', 'bull:crash:prioritized', '0', '-1');
+is(scalar(grep { !$all_committed{$_} } @all_jobs), 0, 'crash: no phantom job');
+is(scalar(@all_jobs), scalar(keys %all_committed), 'crash: one job per committed event');
+
+$node->stop;
+stop_redis();
+done_testing();

@@ -8,7 +8,7 @@
  * Callers hold an open transaction with SPI connected and a snapshot
  * pushed (step.c's bracket).  Plans are prepared once and kept; reading
  * and recording are one statement each (see the relay internals in
- * outbox--1.6.sql).  Columns are found by name, once per result.  Results
+ * outbox--1.7.sql).  Columns are found by name, once per result.  Results
  * are copied, as plain rows, into memory the caller names, since SPI's
  * memory ends with SPI_finish(); what follows from them (the endpoint
  * table, batches, what is deferred or verified) is the relay's (read.c,

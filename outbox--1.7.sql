@@ -1,9 +1,9 @@
--- outbox 1.6: the SQL surface and the storage the relay reads, as a fresh
+-- outbox 1.7: the SQL surface and the storage the relay reads, as a fresh
 -- CREATE EXTENSION makes it.
 --
--- This script creates version 1.6 directly.  An installed 1.0 reaches the
+-- This script creates version 1.7 directly.  An installed 1.0 reaches the
 -- same state through the update scripts outbox--1.0--1.1.sql to
--- outbox--1.5--1.6.sql in turn; sql/10_upgrade.sql checks that both end up with
+-- outbox--1.6--1.7.sql in turn; sql/10_upgrade.sql checks that both end up with
 -- the same objects and definitions.  A change to the schema goes into a new
 -- update script, and this file is renamed to the new version and changed
 -- the same way.

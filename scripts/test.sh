@@ -4,8 +4,17 @@
 # in a scratch copy of the tree under /tmp.  Run as root, from anywhere.
 # Ends with the line "N passed, N failed" and exits non-zero on any failure.
 # The unit tier is the HTTP/1.1 parser's tests and scripts/check_structure.sh.
-# OUTBOX_ASSERT=1 is accepted and, for now, ignored.  A test file that skips
-# itself counts as failed unless OUTBOX_ALLOW_SKIPS=1.
+# A test file that skips itself counts as failed unless OUTBOX_ALLOW_SKIPS=1.
+#
+# Run with none of PG_MAJOR, OUTBOX_TIERS and PROVE_TESTS set (as README's
+# test command and CI run it), it runs the suite against every PostgreSQL
+# major it supports, one after the other, each in a run of its own:
+#   15  every tier (Debian's packages);
+#   18  regress, isolation and TAP, built with assertions (--enable-cassert);
+#   17  regress, isolation and the core TAP files ($CORE_TAP below).
+# The first run of 17 and 18 builds them from Debian's source packages
+# (scripts/pg.sh), about a quarter of an hour on 2 cores; later runs reuse
+# the builds.  The last line sums the runs.
 #
 # A part of the suite: OUTBOX_TIERS lists the tiers to run (unit, regress,
 # isolation, tap; all by default) and PROVE_TESTS the TAP files, e.g.
@@ -24,6 +33,52 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=scripts/copy_tree.sh
 . "$ROOT/scripts/copy_tree.sh"
+
+# The TAP files that run on every major: delivery, the relay's loop and
+# stream, crashes, standbys, databases, rotation, dump and restore.
+CORE_TAP="t/001_delivery.pl t/004_relay.pl t/005_standby.pl t/007_crash.pl t/011_databases.pl t/012_retention.pl t/013_dump_restore.pl t/021_stream.pl t/036_relay_memory.pl"
+
+if [ -z "${PG_MAJOR:-}${OUTBOX_TIERS:-}${PROVE_TESTS:-}" ]; then
+	# The matrix: each major in a run of its own, so that each installs its
+	# own build; a failing major does not hide the others' results.
+	bash "$ROOT/scripts/deps.sh"
+	export OUTBOX_DEPS_DONE=1
+	total_passed=0
+	total_failed=0
+	summary=""
+	for run in "15|" "18|regress isolation tap" "17|regress isolation tap"; do
+		major=${run%%|*}
+		tiers=${run#*|}
+		log=$(mktemp /tmp/outbox-test-matrix.XXXXXX)
+		start=$SECONDS
+		rc=0
+		if [ "$major" = 17 ]; then
+			PG_MAJOR=$major OUTBOX_TIERS=$tiers PROVE_TESTS=$CORE_TAP bash "$0" 2>&1 | tee "$log" || rc=$?
+		else
+			PG_MAJOR=$major OUTBOX_TIERS=$tiers bash "$0" 2>&1 | tee "$log" || rc=$?
+		fi
+		case $rc in 130 | 143) rm -f "$log"; exit "$rc" ;; esac
+		line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$log" | tail -n 1 || true)
+		rm -f "$log"
+		passed=${line%% passed*}
+		failed=${line#*passed, }
+		failed=${failed%% failed}
+		if [ -z "$line" ]; then
+			passed=0
+			failed=1
+		fi
+		if [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ]; then
+			failed=1
+		fi
+		total_passed=$((total_passed + passed))
+		total_failed=$((total_failed + failed))
+		summary+="== PostgreSQL $major (${tiers:-every tier}): $passed passed, $failed failed, $((SECONDS - start)) s"$'\n'
+	done
+	printf '%s' "$summary"
+	echo "$total_passed passed, $total_failed failed"
+	[ "$total_failed" -eq 0 ]
+	exit
+fi
 PG_MAJOR=${PG_MAJOR:-15}
 
 # The same messages and collation on every machine, and no stray connection
@@ -31,7 +86,7 @@ PG_MAJOR=${PG_MAJOR:-15}
 export LC_ALL=C.UTF-8
 unset PGHOST PGHOSTADDR PGPORT PGDATA PGDATABASE PGUSER PGSERVICE PGOPTIONS
 
-bash "$ROOT/scripts/deps.sh"
+[ -n "${OUTBOX_DEPS_DONE:-}" ] || bash "$ROOT/scripts/deps.sh"
 # (builds that PostgreSQL the first time, which takes minutes)
 PG_CONFIG=$(bash "$ROOT/scripts/pg.sh" "$PG_MAJOR" | tail -n 1)
 echo "== PostgreSQL $("$PG_CONFIG" --version | sed 's/^PostgreSQL //'): $PG_CONFIG"

@@ -708,9 +708,10 @@ COMMENT ON FUNCTION outbox._check_auth(jsonb) IS
     'internal: validate an endpoint''s client authentication';
 
 -- Client authentication, by the endpoint's target: each scheme takes the
--- keys its target applies (README, "Client authentication") and refuses
--- the others rather than sending without them.  auth is one _check_auth
--- passed; no message names a value.
+-- keys its target applies (docs/authentication.md) and refuses the others
+-- rather than sending without them; Redis (bullmq, redis and their TLS
+-- schemes, 1.7) an ACL user and password, sent as AUTH.  auth is one
+-- _check_auth passed; no message names a value.
 CREATE FUNCTION outbox._check_auth_target(auth jsonb, url text) RETURNS void
 LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
@@ -746,6 +747,9 @@ BEGIN
         WHEN scheme = 'kafkas' THEN
             target := 'a Kafka';
             takes := '{sasl,client_cert,client_key}';
+        WHEN scheme IN ('bullmq', 'bullmqs', 'redis', 'rediss') THEN
+            target := 'a Redis';
+            takes := '{username,password}';
         ELSE
             target := 'this';
             takes := '{}';

@@ -209,6 +209,65 @@ SELECT outbox.alter_endpoint('auth-amqp', url => 'nats://127.0.0.1:4222/s', auth
 SELECT e.url, s.auth ? 'token' AS token FROM outbox.endpoints e JOIN outbox.endpoint_secrets s ON s.endpoint_id = e.id
  WHERE e.name = 'auth-amqp';
 
+-- Redis (1.7): bullmq, bullmqs, redis and rediss take an ACL user and
+-- password (sent as AUTH); a password alone is refused (the user of
+-- requirepass is "default"), and so is every other form (0A000), a
+-- client certificate included (not presented yet).  Credentials in the
+-- URL are refused whether or not auth is given, and the refusal does not
+-- show them.  Nothing is written by a refused call.
+SELECT outbox.create_endpoint('auth-bullmq', 'bullmq://127.0.0.1:6379/q',
+                              auth => '{"username": "pub", "password": "pw-bullmq-23"}') IS NOT NULL AS created;
+SELECT outbox.create_endpoint('auth-bullmqs', 'bullmqs://127.0.0.1:6380/2/q',
+                              auth => '{"username": "default", "password": "pw-bullmqs-61"}') IS NOT NULL AS created;
+SELECT outbox.create_endpoint('auth-redis', 'redis://127.0.0.1:6379/s',
+                              auth => '{"username": "pub", "password": "pw with spaces-38"}') IS NOT NULL AS created;
+SELECT outbox.create_endpoint('auth-rediss', 'rediss://127.0.0.1:6380/s',
+                              auth => '{"username": "pub", "password": "pw-rediss-77"}') IS NOT NULL AS created;
+SELECT e.name, e.url, (SELECT array_agg(k ORDER BY k) FROM jsonb_object_keys(s.auth) k) AS forms
+  FROM outbox.endpoints e JOIN outbox.endpoint_secrets s ON s.endpoint_id = e.id
+ WHERE e.name IN ('auth-bullmq', 'auth-bullmqs', 'auth-redis', 'auth-rediss')
+ ORDER BY e.name;
+SELECT count(*) AS rows_with_redis_secrets
+  FROM (SELECT to_jsonb(x)::text AS t FROM outbox.endpoint_status x
+        UNION ALL SELECT to_jsonb(x)::text FROM outbox.backlog x
+        UNION ALL SELECT to_jsonb(x)::text FROM outbox.endpoints x) r
+ WHERE r.t LIKE '%pw-bullmq-23%' OR r.t LIKE '%pw-bullmqs-61%' OR r.t LIKE '%pw with spaces-38%'
+    OR r.t LIKE '%pw-rediss-77%';
+SELECT count(*) AS endpoints_before FROM outbox.endpoints \gset
+SELECT u, regexp_replace(a::text, '"/[^"]*PG_VERSION"', '"PEM"', 'g') AS auth, try(format('SELECT outbox.create_endpoint(%L, %L, auth => %L)', 'auth-bad-redis', u, a)) AS result
+  FROM (VALUES
+         -- a form Redis does not take: 0A000
+         ('bullmq://127.0.0.1/q', '{"bearer": "tok-x"}'),
+         ('redis://127.0.0.1/s', '{"bearer": "tok-x"}'),
+         ('bullmqs://127.0.0.1/q', '{"token": "tok-x"}'),
+         ('rediss://127.0.0.1/s', '{"oauth2": {"token_url": "https://a.example/t", "client_id": "i", "client_secret": "s"}}'),
+         ('redis://127.0.0.1/s', '{"sasl": {"mechanism": "PLAIN", "username": "u", "password": "p"}}'),
+         ('rediss://127.0.0.1/s', jsonb_build_object('username', 'u', 'password', 'p', 'client_cert', :'pem', 'client_key', :'pem')),
+         -- bad values: 22023
+         ('bullmq://127.0.0.1/q', '{"password": "pw-alone-12"}'),
+         ('redis://127.0.0.1/s', '{"username": "u"}'),
+         ('redis://127.0.0.1/s', '{"username": "u", "password": "line\nbreak-53"}'),
+         -- credentials in the URL: 22023, shown as ***
+         ('redis://u:pw-in-url-44@127.0.0.1/s', NULL),
+         ('rediss://u:pw-in-url-44@127.0.0.1/s', '{"username": "u", "password": "p"}'),
+         ('bullmq://:pw-in-url-44@127.0.0.1/q', NULL)
+       ) AS v(u, a);
+SELECT try($$SELECT outbox.alter_endpoint('auth-nats-tok', url => 'redis://127.0.0.1/s')$$) AS nats_token_to_redis_url;
+SELECT try($$SELECT outbox.alter_endpoint('auth-redis', auth => '{"bearer": "tok-x"}')$$) AS bearer_to_redis;
+SELECT try($$SELECT outbox.alter_endpoint('auth-redis', url => 'redis://u:pw-in-url-44@127.0.0.1/s')$$) AS credentials_into_url;
+SELECT count(*) - :endpoints_before AS written FROM outbox.endpoints;
+SELECT e.name, e.url, (SELECT array_agg(k ORDER BY k) FROM jsonb_object_keys(s.auth) k) AS forms
+  FROM outbox.endpoints e JOIN outbox.endpoint_secrets s ON s.endpoint_id = e.id
+ WHERE e.name IN ('auth-nats-tok', 'auth-redis') ORDER BY e.name;
+-- A user and password move between RabbitMQ and Redis with the URL; a new
+-- password is kept (the relay logs in with it on a new connection).
+SELECT outbox.alter_endpoint('auth-bullmq', url => 'amqp://127.0.0.1/?exchange=x');
+SELECT outbox.alter_endpoint('auth-bullmq', url => 'bullmq://127.0.0.1:6379/q',
+                             auth => '{"username": "pub", "password": "pw-bullmq-new-90"}');
+SELECT e.url, s.auth->>'username' AS username, s.auth->>'password' = 'pw-bullmq-new-90' AS new_password
+  FROM outbox.endpoints e JOIN outbox.endpoint_secrets s ON s.endpoint_id = e.id
+ WHERE e.name = 'auth-bullmq';
+
 -- Clean up.
 SELECT outbox.drop_endpoint(name) FROM outbox.endpoints WHERE name LIKE 'auth-%' ORDER BY name;
 SELECT count(*) AS secrets_left FROM outbox.endpoint_secrets;

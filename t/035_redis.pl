@@ -298,6 +298,67 @@ ok($node->poll_query_until('postgres',
 note(sql("SELECT error FROM outbox.attempts WHERE event_id = '$tls_name' LIMIT 1"));
 sql(q{SELECT outbox.drop_endpoint('st_tls_name')});
 
+# AUTH: an ACL user the test makes, with the least the add script and XADD
+# need (its keys alone; the default user stays open, as the Workers use
+# it).  Endpoints with its user and password deliver over a connection
+# logged in as that user; a wrong password is an authentication failure
+# with Redis's WRONGPASS in the attempt log, tried again (no dead letter),
+# that adds nothing (not even as the default user, which would run what
+# follows a refused AUTH on the same connection), until alter_endpoint
+# gives the right one; a key the user may not write is a dead letter with
+# NOPERM; credentials in the URL and a bearer token are refused at
+# create_endpoint.  The password is in no attempt and not in the log.
+cli('ACL', 'SETUSER', 'outbox_pub', 'reset', 'on', '>pw-Red1s', '~bull:authq:*', '~auth-stream',
+	'+script|load', '+evalsha', '+hget', '+hset', '+hmget', '+exists', '+incr', '+llen', '+lpush',
+	'+zadd', '+xadd');
+my $red_auth = q{auth => '{"username": "outbox_pub", "password": "pw-Red1s"}'};
+sql("SELECT outbox.create_endpoint('bq_auth', 'bullmq://127.0.0.1:$port/authq', '{auth.job}', $red_auth);
+     SELECT outbox.create_endpoint('st_auth', 'redis://127.0.0.1:$port/auth-stream', '{auth.entry}', $red_auth);
+     SELECT outbox.create_endpoint('st_noperm', 'redis://127.0.0.1:$port/other-stream', '{auth.noperm}', $red_auth);
+     SELECT outbox.create_endpoint('bq_wrongpw', 'bullmq://127.0.0.1:$port/authq', '{auth.wrong}',
+	max_attempts => 100, auth => '{\"username\": \"outbox_pub\", \"password\": \"pw-Wr0ng\"}')");
+my ($auth_job, $auth_entry, $auth_noperm, $auth_wrong) = split /\n/,
+  sql(q{SELECT outbox.emit('auth.job', '{"n": 30}'); SELECT outbox.emit('auth.entry', '{"n": 31}');
+        SELECT outbox.emit('auth.noperm', '{"n": 32}'); SELECT outbox.emit('auth.wrong', '{"n": 33}')});
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 2 FROM outbox.attempts WHERE event_id IN ('$auth_job', '$auth_entry') AND status = 200"),
+	'AUTH: the job and the entry were added as the endpoint\'s user');
+like(cli('CLIENT', 'LIST'), qr/ user=outbox_pub /, 'AUTH: the relay\'s connection is logged in as that user');
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) >= 2 FROM outbox.attempts WHERE event_id = '$auth_wrong' AND status IS NULL
+		    AND error LIKE 'authentication failed: Redis: AUTH as the endpoint''s user: WRONGPASS%'"),
+	'AUTH: a wrong password is an authentication failure with Redis\'s WRONGPASS, tried again');
+note(sql("SELECT error FROM outbox.attempts WHERE event_id = '$auth_wrong' LIMIT 1"));
+is(sql("SELECT count(*) FROM outbox.dead_letters WHERE event_id = '$auth_wrong'"), '0',
+	'AUTH: a wrong password is not a dead letter');
+is(cli('EXISTS', "bull:authq:$auth_wrong"), '0', 'AUTH: a wrong password added no job');
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM outbox.dead_letters WHERE event_id = '$auth_noperm' AND last_error LIKE '%NOPERM%'"),
+	'AUTH: a key the user may not write is a dead letter with NOPERM');
+is(cli('EXISTS', 'other-stream'), '0', 'AUTH: and the stream was not written');
+sql(q{SELECT outbox.alter_endpoint('bq_wrongpw', auth => '{"username": "outbox_pub", "password": "pw-Red1s"}')});
+ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM outbox.attempts WHERE event_id = '$auth_wrong' AND status = 200"),
+	'AUTH: the password corrected by alter_endpoint: a new connection logs in');
+my ($auth_runs) = run_worker(6, 'authq', 2);
+is(join(',', sort map { $_->{id} } @$auth_runs), join(',', sort ($auth_job, $auth_wrong)),
+	'AUTH: a Worker ran both jobs');
+is(cli('XLEN', 'auth-stream'), '1', 'AUTH: the stream has the entry');
+for my $bad ([ "redis://outbox_pub:url-S3cret\@127.0.0.1:$port/auth-stream", "'{}'", qr/invalid endpoint URL "redis:\/\/\*\*\*\@/ ],
+	[ "bullmq://127.0.0.1:$port/authq", q{'{"bearer": "tok-Red1s"}'}, qr/auth's bearer is not supported for a Redis endpoint/ ])
+{
+	my (undef, undef, $err) = $node->psql('postgres',
+		'SELECT outbox.create_endpoint(' . lit('bad') . ', ' . lit($bad->[0]) . ", auth => $bad->[1])");
+	like($err, $bad->[2], "AUTH: refused at create_endpoint: $bad->[0] with auth $bad->[1]");
+}
+is(sql(q{SELECT count(*) FROM outbox.endpoints WHERE name = 'bad'}), '0', 'AUTH: the refusals wrote nothing');
+is(sql(q{SELECT count(*) FROM outbox.attempts WHERE error LIKE '%pw-%' OR response LIKE '%pw-%'}), '0',
+	'AUTH: no attempt shows a password');
+# (the test's own statements, logged by log_statement, aside)
+unlike(join("\n", grep { !/LOG:  statement: / && !/^\s/ } split /\n/, slurp_file($node->logfile)),
+	qr/pw-(Red1s|Wr0ng)/, 'AUTH: the server log shows no password');
+sql(q{SELECT outbox.drop_endpoint(name) FROM outbox.endpoints WHERE name IN ('bq_auth', 'st_auth', 'st_noperm', 'bq_wrongpw')});
+
 # Redis stopped and started while 300 jobs are added: none lost, none twice.
 sql("SELECT outbox.create_endpoint('bq_restart', 'bullmq://127.0.0.1:$port/restart', '{restart.*}', timeout => '2 seconds',
 	max_attempts => 100)");

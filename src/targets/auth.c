@@ -11,7 +11,7 @@
  * {"oauth2": {"token_url", "client_id", "client_secret", "scope"}}.  A
  * client certificate may stand beside bearer or oauth2; bearer and oauth2
  * exclude each other, since each sets the Authorization header.  The
- * broker targets' forms: {"username", "password"} (RabbitMQ, NATS),
+ * broker targets' forms: {"username", "password"} (RabbitMQ, NATS, Redis),
  * {"token"} (NATS), {"sasl": {"mechanism", "username", "password"}}
  * (Kafka).  Which keys an endpoint's URL takes is checked by
  * outbox._check_auth_target, once the URL is known.

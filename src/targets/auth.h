@@ -25,8 +25,8 @@
  * bearer, or the certificate and key (always both), or the OAuth2 grant
  * (token_url, client_id and client_secret all set; scope optional); for
  * the broker targets a user name and password (always both, at the top
- * level for RabbitMQ and NATS, in "sasl" with its mechanism for Kafka) or
- * a NATS token.  Which keys a URL's scheme takes is
+ * level for RabbitMQ, NATS and Redis, in "sasl" with its mechanism for
+ * Kafka) or a NATS token.  Which keys a URL's scheme takes is
  * outbox._check_auth_target's to say.
  */
 typedef struct AuthConfig
@@ -69,7 +69,8 @@ typedef struct EndpointAuth
 	"auth is {\"bearer\": token}, {\"client_cert\": path, \"client_key\": path}, " \
 	"or {\"oauth2\": {\"token_url\": url, \"client_id\": id, \"client_secret\": secret, " \
 	"\"scope\": scopes}}; client_cert and client_key may stand beside bearer or oauth2.  " \
-	"A broker's auth is {\"username\": name, \"password\": password} (RabbitMQ, NATS), " \
+	"A broker's auth is {\"username\": name, \"password\": password} (RabbitMQ, NATS, " \
+	"Redis, whose requirepass is the user \"default\"'s), " \
 	"{\"token\": token} (NATS) or {\"sasl\": {\"mechanism\": m, \"username\": name, " \
 	"\"password\": password}} (Kafka)."
 

@@ -29,10 +29,14 @@
  *
  * Replies: an error reply Redis gives for a state that passes (OOM,
  * READONLY, LOADING, MASTERDOWN, BUSY, TRYAGAIN, CLUSTERDOWN, NOREPLICAS,
- * MISCONF, NOAUTH, WRONGPASS) is tried again, like a 5xx; NOSCRIPT reloads
- * the script and sends the job again, once; any other error reply
- * (WRONGTYPE, our script's refusal of an id BullMQ would refuse, other
- * ERRs) is a dead letter with Redis's message.  A lost connection, one
+ * MISCONF, and a login refused: NOAUTH, WRONGPASS, said as "authentication
+ * failed") is tried again, like a 5xx; NOSCRIPT reloads the script and
+ * sends the job again, once; any other error reply (WRONGTYPE, NOPERM for
+ * a command or key the ACL user may not use, our script's refusal of an id
+ * BullMQ would refuse, other ERRs) is a dead letter with Redis's message.
+ * An error reply to AUTH (the endpoint's auth, never the URL's) or SELECT
+ * fails the connection: what was sent and what waited for it is tried
+ * again, with Redis's message.  A lost connection, one
  * that cannot be made and a reply that does not come within the
  * endpoint's timeout are transport errors, tried again.  A reply that is
  * not what was asked for (a wrong type, a bulk string or a line over
@@ -46,8 +50,10 @@
  * the thread resolves the host, checks every address against the address
  * policy (address.c, on the publisher's copy of outbox.allowed_networks,
  * one call at a time), connects (bounded by the timeout, 10 s at most, one
- * attempt a second at most), sends AUTH and SELECT, then writes every
- * command it has in one write and reads the replies in order
+ * attempt a second at most), sends AUTH and SELECT and waits for their
+ * answers (Redis runs what follows a refused AUTH as the user the
+ * connection had, and what follows a failed SELECT in database 0), then
+ * writes every command it has in one write and reads the replies in order
  * (pipelining: a page of jobs costs one round trip), and moves each
  * finished message to the done list, writing a byte to one pipe the
  * relay's wait watches (target_wake_pipe).  redis_poll() fills the
@@ -325,6 +331,8 @@ typedef struct Conn
 	SSL_CTX    *ctx;			/* TLS: the connection's, or NULL */
 	SSL		   *ssl;
 	bool		script_loaded;	/* SCRIPT LOAD sent on this connection */
+	int			setup_waiting;	/* AUTH, SELECT sent, not answered yet */
+	bool		out_secret;		/* out held AUTH (the password) */
 	char		load_error[REDIS_ERROR_LEN];	/* its error reply, if any */
 	char	   *out;			/* to write: out[out_off..out_len) */
 	size_t		out_len;
@@ -343,6 +351,26 @@ static void
 message_finish(Conn *c, RedisMessage *m, bool ok, bool rejected, const char *fmt,...)
 	pg_attribute_printf(5, 6);
 
+/* Free a command of the thread's own; AUTH's holds the password: wiped. */
+static void
+own_free(RedisMessage *m)
+{
+	if (m == NULL)
+		return;
+	if (m->kind == MSG_AUTH)
+		explicit_bzero(m->cmd, m->cmd_len);
+	free(m);
+}
+
+/* Wipe the write buffer if it held AUTH (before it is reused or freed). */
+static void
+out_wipe(Conn *c)
+{
+	if (c->out_secret && c->out != NULL)
+		explicit_bzero(c->out, c->out_room);
+	c->out_secret = false;
+}
+
 /* A delivery's message has its outcome: it goes back to the relay. */
 static void
 message_finish(Conn *c, RedisMessage *m, bool ok, bool rejected, const char *fmt,...)
@@ -351,7 +379,7 @@ message_finish(Conn *c, RedisMessage *m, bool ok, bool rejected, const char *fmt
 
 	if (m->tr == NULL)
 	{
-		free(m);
+		own_free(m);
 		return;
 	}
 	m->ok = ok;
@@ -478,7 +506,12 @@ tls_start(Conn *c, long step_ms, char *why, size_t why_len)
 	}
 }
 
-/* Close the connection; what awaited a reply is tried again, with why. */
+/*
+ * Close the connection; what awaited a reply is tried again, with why.  On
+ * a connection that never got past AUTH and SELECT (a refused password,
+ * no answer), what waited to be sent fails with that reason too, as when
+ * a connection cannot be made.
+ */
 static void
 drop(Conn *c, const char *why)
 {
@@ -487,10 +520,14 @@ drop(Conn *c, const char *why)
 		close(c->fd);
 	c->fd = -1;
 	c->script_loaded = false;
+	out_wipe(c);
 	c->out_len = c->out_off = 0;
 	c->in_len = 0;
 	list_prepend_all(&c->pending, &c->resend);
 	fail_all(c, &c->sent, why);
+	if (c->setup_waiting > 0)
+		fail_all(c, &c->pending, why);
+	c->setup_waiting = 0;
 }
 
 /* A command of the thread's own (AUTH, SELECT, SCRIPT LOAD); NULL: no memory. */
@@ -538,9 +575,58 @@ out_append(Conn *c, RedisMessage *m)
 }
 
 /*
+ * Queue AUTH (the endpoint's user and password, never in a message) and
+ * SELECT on the connection just made; send_pending sends nothing else
+ * until both are answered.  False, with why, when out of memory.
+ */
+static bool
+queue_setup(Conn *c, long step_ms, char *why, size_t why_len)
+{
+	Publisher  *p = c->p;
+
+	c->script_loaded = false;
+	c->load_error[0] = '\0';
+	c->setup_waiting = 0;
+	if (p->username != NULL)
+	{
+		const char *args[] = {"AUTH", p->username, p->password};
+		RedisMessage *m = own_command(MSG_AUTH, args, 3, step_ms);
+
+		c->out_secret = true;
+		if (m == NULL || !out_append(c, m))
+		{
+			own_free(m);
+			drop(c, "Redis: out of memory");
+			snprintf(why, why_len, "Redis: out of memory");
+			return false;
+		}
+		c->setup_waiting++;
+	}
+	if (p->db != 0)
+	{
+		char		db[16];
+		const char *args[] = {"SELECT", db};
+		RedisMessage *m;
+
+		snprintf(db, sizeof(db), "%d", p->db);
+		m = own_command(MSG_SELECT, args, 2, step_ms);
+		if (m == NULL || !out_append(c, m))
+		{
+			own_free(m);
+			drop(c, "Redis: out of memory");
+			snprintf(why, why_len, "Redis: out of memory");
+			return false;
+		}
+		c->setup_waiting++;
+	}
+	return true;
+}
+
+/*
  * Connect to the publisher's server: each address the host resolves to is
  * judged by the address policy first, and each connect is bounded in time.
- * Then AUTH and SELECT are queued.  False, with why, if no connection.
+ * Then AUTH and SELECT are queued (queue_setup).  False, with why, if no
+ * connection.
  */
 static bool
 connect_server(Conn *c, char *why, size_t why_len)
@@ -624,46 +710,22 @@ connect_server(Conn *c, char *why, size_t why_len)
 	if (c->fd < 0)
 		return false;
 
-	c->script_loaded = false;
-	c->load_error[0] = '\0';
-	if (p->username != NULL)
-	{
-		const char *args[] = {"AUTH", p->username, p->password};
-		RedisMessage *m = own_command(MSG_AUTH, args, 3, step_ms);
-
-		if (m == NULL || !out_append(c, m))
-		{
-			free(m);
-			drop(c, "Redis: out of memory");
-			snprintf(why, why_len, "Redis: out of memory");
-			return false;
-		}
-	}
-	if (p->db != 0)
-	{
-		char		db[16];
-		const char *args[] = {"SELECT", db};
-		RedisMessage *m;
-
-		snprintf(db, sizeof(db), "%d", p->db);
-		m = own_command(MSG_SELECT, args, 2, step_ms);
-		if (m == NULL || !out_append(c, m))
-		{
-			free(m);
-			drop(c, "Redis: out of memory");
-			snprintf(why, why_len, "Redis: out of memory");
-			return false;
-		}
-	}
-	return true;
+	return queue_setup(c, step_ms, why, why_len);
 }
 
-/* Queue every pending message (the script first, if a job needs it). */
+/*
+ * Queue every pending message (the script first, if a job needs it), once
+ * AUTH and SELECT are answered: Redis runs what follows a refused AUTH on
+ * the same connection as the user it had (the default user, often open to
+ * all), and what follows a failed SELECT in database 0.
+ */
 static void
 send_pending(Conn *c)
 {
 	RedisMessage *m;
 
+	if (c->setup_waiting > 0)
+		return;
 	while ((m = list_pop(&c->pending)) != NULL)
 	{
 		if (m->kind == MSG_JOB && !c->script_loaded)
@@ -722,6 +784,7 @@ flush_out(Conn *c, char *why, size_t why_len)
 		}
 		c->out_off += n;
 	}
+	out_wipe(c);
 	c->out_len = c->out_off = 0;
 	if (c->out_room > 4 * 1024 * 1024)
 	{
@@ -836,20 +899,41 @@ parse_reply(const char *buf, size_t avail, Reply *r, char *why, size_t why_len)
 	return head + n + 2;
 }
 
-/* Does an error reply say Redis is in a state that passes? */
+/* Is an error reply's first word one of the n words? */
+static bool
+error_word_in(const char *s, size_t len, const char *const *words, int n)
+{
+	size_t		wl = 0;
+
+	while (wl < len && s[wl] != ' ')
+		wl++;
+	for (int i = 0; i < n; i++)
+		if (wl == strlen(words[i]) && strncmp(s, words[i], wl) == 0)
+			return true;
+	return false;
+}
+
+/*
+ * Does an error reply say Redis is in a state that passes?  A login
+ * refused (NOAUTH, WRONGPASS) is one: the operator corrects the endpoint's
+ * auth, and the events wait, as for the other brokers.
+ */
 static bool
 transient_error(const char *s, size_t len)
 {
 	static const char *const words[] = {"OOM", "READONLY", "LOADING", "MASTERDOWN", "BUSY",
 		"TRYAGAIN", "CLUSTERDOWN", "NOREPLICAS", "MISCONF", "NOAUTH", "WRONGPASS"};
-	size_t		wl = 0;
 
-	while (wl < len && s[wl] != ' ')
-		wl++;
-	for (int i = 0; i < (int) lengthof(words); i++)
-		if (wl == strlen(words[i]) && strncmp(s, words[i], wl) == 0)
-			return true;
-	return false;
+	return error_word_in(s, len, words, lengthof(words));
+}
+
+/* Does an error reply refuse the connection's login? */
+static bool
+auth_error(const char *s, size_t len)
+{
+	static const char *const words[] = {"NOAUTH", "WRONGPASS"};
+
+	return error_word_in(s, len, words, lengthof(words));
 }
 
 /* A reply's type, for errors. */
@@ -909,7 +993,8 @@ take_reply(Conn *c, const Reply *r, char *why, size_t why_len)
 		case MSG_SELECT:
 			if (r->type == '+')
 			{
-				free(m);
+				c->setup_waiting--;
+				own_free(m);
 				return true;
 			}
 			if (r->type == '-')
@@ -919,7 +1004,7 @@ take_reply(Conn *c, const Reply *r, char *why, size_t why_len)
 						 len, r->s);
 			else
 				snprintf(why, why_len, "Redis answered %s with %s", asked(m), reply_type(r));
-			free(m);
+			own_free(m);
 			return false;
 		case MSG_LOAD:
 			free(m);
@@ -950,7 +1035,8 @@ take_reply(Conn *c, const Reply *r, char *why, size_t why_len)
 			message_finish(c, m, false, true, "Redis: %.*s (the add script could not be loaded%s%s)",
 						   len, r->s, c->load_error[0] ? ": " : "", c->load_error);
 		else
-			message_finish(c, m, false, !transient_error(r->s, r->len), "Redis: %.*s", len, r->s);
+			message_finish(c, m, false, !transient_error(r->s, r->len), "%sRedis: %.*s",
+						   auth_error(r->s, r->len) ? "authentication failed: " : "", len, r->s);
 		return true;
 	}
 	if (m->kind == MSG_JOB && r->type == ':' && (r->integer == 0 || r->integer == 1))
@@ -1119,7 +1205,7 @@ publisher_main(void *arg)
 		hand_back(c);
 
 		/* NOSCRIPT'ed jobs to send again over the connection: at once */
-		if (c->fd >= 0 && c->pending.head != NULL)
+		if (c->fd >= 0 && c->pending.head != NULL && c->setup_waiting == 0)
 			continue;
 
 		fds[0].fd = p->wake[0];
@@ -1148,6 +1234,7 @@ publisher_main(void *arg)
 	tls_end(c);
 	if (c->fd >= 0)
 		close(c->fd);
+	out_wipe(c);
 	free(c->out);
 	pthread_mutex_lock(&p->lock);
 	p->exited = true;

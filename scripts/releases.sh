@@ -89,9 +89,9 @@ check()
 		fi
 		[ "$v" != "$current" ] ||
 			die "release $v: is the tree's default_version, the version being developed"
-		if [ -n "$prev" ]; then
-			[ "$(printf '%s\n%s\n' "$v" "$prev" | sort -V | tail -n 1)" = "$v" ] && [ "$v" != "$prev" ] ||
-				die "test/releases.txt: $v follows $prev"
+		if [ -n "$prev" ] && { [ "$v" = "$prev" ] ||
+			[ "$(printf '%s\n%s\n' "$v" "$prev" | sort -V | tail -n 1)" != "$v" ]; }; then
+			die "test/releases.txt: $v follows $prev"
 		fi
 		prev=$v
 		n=$((n + 1))

@@ -1,5 +1,7 @@
 # outbox: PGXS build.  See README.md for the two commands that build, test
-# and demo it; `make installcheck` (as a non-root user) runs the whole suite.
+# and demo it; `make installcheck` (as a non-root user) runs the whole suite,
+# once the releases' install scripts the upgrade test starts from are in
+# place (scripts/releases.sh install; scripts/test.sh does it).
 
 EXTENSION = outbox
 MODULE_big = outbox

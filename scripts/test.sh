@@ -98,6 +98,9 @@ SCRATCH=$(mktemp -d /tmp/outbox-test.XXXXXX)
 cleanup()
 {
 	local pidfile pid proc
+	if [ -n "${RELEASES_DIR:-}" ]; then
+		bash "$ROOT/scripts/releases.sh" remove "$ROOT" "$RELEASES_DIR" || true
+	fi
 	for pidfile in $(find "$SCRATCH" -name postmaster.pid 2>/dev/null); do
 		pid=$(head -n 1 "$pidfile" 2>/dev/null || true)
 		if [ -n "$pid" ] && [[ "$(readlink "/proc/$pid/cwd" 2>/dev/null)" == "$SCRATCH"/* ]]; then
@@ -159,6 +162,11 @@ if ! { pgmake clean >/dev/null &&
 	echo "0 passed, 1 failed"
 	exit 1
 fi
+# Each release's own install script, from git, for the upgrade test
+# (sql/10_upgrade.sql); removed again as the run ends (cleanup).
+RELEASES_DIR="$("$PG_CONFIG" --sharedir)/extension"
+bash "$ROOT/scripts/releases.sh" install "$ROOT" "$RELEASES_DIR" ||
+	echo "test.sh: the releases' install scripts are missing: sql/10_upgrade.sql will fail"
 
 PASSED=0
 FAILED=0

@@ -1,7 +1,16 @@
--- The upgrade path: outbox 1.0, with data and grants in it, updated to the
--- current version by ALTER EXTENSION keeps its data and grants and ends up
--- the same as a fresh install, which runs the current version's install
--- script alone.  Each in a database of its own.
+-- The upgrade path: each released version, 1.0 to 1.6, installed as that
+-- release installed it, with data and grants in it, updated to the current
+-- version by ALTER EXTENSION keeps its data and grants and ends up the same
+-- as a fresh install, which runs the current version's install script
+-- alone.  Each in a database of its own.
+--
+-- A release is installed from its own install script, what CREATE
+-- EXTENSION ran at its release commit (test/releases.txt), not from 1.0
+-- and today's update scripts: scripts/releases.sh takes it from git and
+-- writes it into the extension directory as outbox--1.N.sql before the
+-- run (scripts/test.sh does), so CREATE EXTENSION outbox VERSION '1.N'
+-- runs it alone and ALTER EXTENSION outbox UPDATE runs today's update
+-- scripts from there.
 
 SELECT current_database() AS regress_db \gset
 
@@ -159,6 +168,15 @@ SELECT array_agg(l ORDER BY l COLLATE "C") AS fresh FROM pg_temp.outbox_fingerpr
 \c :regress_db
 DROP DATABASE outbox_fresh;
 
+-- The releases' install scripts are in place, each the one its release
+-- ran (a script rebuilt from today's files, or one missing, so that
+-- CREATE EXTENSION would build that version from 1.0 and today's update
+-- scripts, changes these lines).
+SELECT v AS release, md5(pg_read_binary_file(c.setting || '/extension/outbox--' || v || '.sql')) AS install_script
+  FROM pg_config c, unnest('{1.0,1.1,1.2,1.3,1.4,1.5,1.6}'::text[]) v
+ WHERE c.name = 'SHAREDIR'
+ ORDER BY v;
+
 CREATE DATABASE outbox_upgrade;
 \c outbox_upgrade
 :fingerprint_functions;
@@ -256,6 +274,58 @@ SELECT * FROM pg_temp.outbox_differences(:'fresh');
 
 \c :regress_db
 DROP DATABASE outbox_upgrade_11;
+
+-- The same from 1.2, with what 1.3 changes in use: an endpoint with a
+-- position of its own, events it has not passed, a failed one set aside
+-- by rotation (outbox.delayed), and grants on create_endpoint and
+-- alter_endpoint (made again with max_in_flight) and on endpoint_status
+-- (given two columns).  The endpoint keeps reading its own pages until a
+-- relay attaches it to the stream, the set-aside retry is read from its
+-- copy, and the grants carry over.
+CREATE DATABASE outbox_upgrade_12;
+\c outbox_upgrade_12
+:fingerprint_functions;
+
+CREATE EXTENSION outbox VERSION '1.2';
+SELECT extversion FROM pg_extension WHERE extname = 'outbox';
+CREATE ROLE outbox_upgrade_admin;
+GRANT USAGE ON SCHEMA outbox TO outbox_upgrade_admin;
+GRANT EXECUTE ON FUNCTION outbox.create_endpoint(text, text, text[], text, jsonb, boolean, interval, integer),
+                          outbox.alter_endpoint(text, text, text[], text, jsonb, boolean, interval, integer)
+   TO outbox_upgrade_admin;
+GRANT SELECT ON outbox.endpoint_status TO outbox_upgrade_admin;
+SELECT outbox.create_endpoint('up', 'https://example.com/hook', ordered => true) IS NOT NULL AS created;
+SELECT outbox.emit('order.created', jsonb_build_object('n', n), key => 'k' || n) IS NOT NULL AS emitted
+  FROM generate_series(1, 3) n;
+INSERT INTO outbox.retries (endpoint_id, id, event_id, key, attempts, next_at)
+SELECT 1, e.id, e.event_id, e.key, 1, now() - interval '1 second'
+  FROM outbox.events e WHERE e.key = 'k1';
+SELECT outbox._set_aside(cur_slot) FROM outbox.queue;
+SELECT d.payload, r.attempts FROM outbox.delayed d JOIN outbox.retries r USING (id);
+
+ALTER EXTENSION outbox UPDATE;
+SELECT extversion FROM pg_extension WHERE extname = 'outbox';
+
+SELECT name, ordered, events_waiting, in_retry, max_in_flight, in_flight FROM outbox.endpoint_status;
+SELECT endpoint_id, follows FROM outbox.positions;
+SELECT r.key, r.attempts, r.event_type, r.data
+  FROM outbox._read_due(1, 10, false, 1048576) r;
+SELECT r.key, r.event_type, r.data
+  FROM outbox._read_page(1, 10, false, 1048576) r ORDER BY r.id;
+SELECT has_function_privilege('outbox_upgrade_admin', 'outbox.create_endpoint'::regproc, 'EXECUTE') AS create_granted,
+       has_function_privilege('outbox_upgrade_admin', 'outbox.alter_endpoint'::regproc, 'EXECUTE') AS alter_granted,
+       has_table_privilege('outbox_upgrade_admin', 'outbox.endpoint_status', 'SELECT') AS status_granted;
+SELECT outbox.alter_endpoint('up', max_in_flight => 2);
+SELECT name, max_in_flight FROM outbox.endpoint_status;
+
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA outbox FROM outbox_upgrade_admin CASCADE;
+REVOKE ALL ON outbox.endpoint_status FROM outbox_upgrade_admin CASCADE;
+REVOKE USAGE ON SCHEMA outbox FROM outbox_upgrade_admin;
+SELECT * FROM pg_temp.outbox_differences(:'fresh');
+
+\c :regress_db
+DROP DATABASE outbox_upgrade_12;
+DROP ROLE outbox_upgrade_admin;
 
 -- The same from 1.3, with a grant on create_endpoint and alter_endpoint,
 -- which 1.4 makes again with the format argument: existing endpoints are
@@ -418,3 +488,60 @@ SELECT * FROM pg_temp.outbox_differences(:'fresh');
 \c :regress_db
 DROP DATABASE outbox_upgrade_15;
 DROP ROLE outbox_upgrade_app;
+
+-- The same from 1.6: an application role granted emit() and emit_many()
+-- and nothing on the tables, a trigger on the C capture(), an operator
+-- granted endpoint_status and the functions it calls (as
+-- docs/privileges.md says), an endpoint, events and an inbox mark made
+-- under 1.6: all carry over, the application still emits, its row changes
+-- are still captured, and the operator still reads the view.
+CREATE DATABASE outbox_upgrade_16;
+\c outbox_upgrade_16
+:fingerprint_functions;
+
+CREATE EXTENSION outbox VERSION '1.6';
+SELECT extversion FROM pg_extension WHERE extname = 'outbox';
+CREATE ROLE outbox_upgrade_app;
+GRANT USAGE ON SCHEMA outbox TO outbox_upgrade_app;
+GRANT EXECUTE ON FUNCTION outbox.emit(text, jsonb, text, jsonb, timestamptz, text, timestamptz, integer),
+                          outbox.emit_many(text, jsonb[], text[], jsonb, timestamptz, timestamptz, integer)
+   TO outbox_upgrade_app;
+CREATE ROLE outbox_upgrade_monitor;
+GRANT USAGE ON SCHEMA outbox TO outbox_upgrade_monitor;
+GRANT SELECT ON outbox.endpoint_status TO outbox_upgrade_monitor;
+GRANT EXECUTE ON FUNCTION outbox._unread_all(), outbox._in_flight() TO outbox_upgrade_monitor;
+CREATE TABLE up_booking (id int PRIMARY KEY, guest text);
+GRANT SELECT, INSERT, UPDATE ON up_booking TO outbox_upgrade_app;
+CREATE TRIGGER up_booking_outbox AFTER INSERT OR UPDATE ON up_booking
+    FOR EACH ROW EXECUTE FUNCTION outbox.capture('booking');
+SELECT outbox.create_endpoint('up', 'https://example.com/hook', max_in_flight => 2) IS NOT NULL AS created;
+SET ROLE outbox_upgrade_app;
+INSERT INTO up_booking VALUES (1, 'Ada');
+SELECT cardinality(outbox.emit_many('order.created', ARRAY['{"n": 1}', '{"n": 2}']::jsonb[],
+                                    ARRAY['k1', 'k2'])) AS emitted_many;
+RESET ROLE;
+SELECT outbox.mark_processed('billing', 'msg-1') AS marked;
+
+ALTER EXTENSION outbox UPDATE;
+SELECT extversion FROM pg_extension WHERE extname = 'outbox';
+
+SET ROLE outbox_upgrade_app;
+UPDATE up_booking SET guest = 'Ada L.' WHERE id = 1;
+SELECT outbox.emit('order.created', '{"n": 3}', 'k3', priority => 1) IS NOT NULL AS emitted;
+RESET ROLE;
+SELECT event_type, key, payload, priority FROM outbox.events ORDER BY id;
+SELECT outbox.mark_processed('billing', 'msg-1') AS again;
+SET ROLE outbox_upgrade_monitor;
+SELECT name, events_waiting, max_in_flight FROM outbox.endpoint_status;
+RESET ROLE;
+
+DROP TABLE up_booking;
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA outbox FROM outbox_upgrade_app, outbox_upgrade_monitor CASCADE;
+REVOKE ALL ON outbox.endpoint_status FROM outbox_upgrade_monitor CASCADE;
+REVOKE USAGE ON SCHEMA outbox FROM outbox_upgrade_app, outbox_upgrade_monitor;
+SELECT * FROM pg_temp.outbox_differences(:'fresh');
+
+\c :regress_db
+DROP DATABASE outbox_upgrade_16;
+DROP ROLE outbox_upgrade_app;
+DROP ROLE outbox_upgrade_monitor;

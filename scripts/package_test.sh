@@ -175,9 +175,8 @@ fi
 echo "== taking away the source build from $PKGLIB and $EXTDIR"
 RESTORE=1
 installed_files | tar -P -cf "$SAVED" -T -    # (an empty archive if none)
+installed_files | sed 's/^/  /'
 installed_files | xargs -r rm -rf
-installed_files | sed 's/^/  left: /'
-check "no outbox left in PostgreSQL 15 before the package" test -z "$(installed_files)"
 
 echo "== dpkg -i $(basename "$DEB")"
 check "dpkg -i installs it" dpkg -i "$DEB"

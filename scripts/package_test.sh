@@ -92,7 +92,7 @@ RESTORE=0
 restore()
 {
 	if [ "$RESTORE" != 1 ]; then
-		return
+		return 0    # (a bare return in a trap returns the status before it)
 	fi
 	RESTORE=0
 	if package_present; then

@@ -63,7 +63,8 @@ OBJS = \
 	src/relay/endpoints.o \
 	src/relay/sender.o \
 	src/relay/credentials.o
-DATA = $(wildcard outbox--*.sql)
+# (named from $(srcdir), which PGXS prefixes again when it installs them)
+DATA = $(notdir $(wildcard $(srcdir)/outbox--*.sql))
 
 PG_CONFIG ?= pg_config
 CURL_CONFIG ?= curl-config
@@ -102,6 +103,15 @@ endif
 # PGXS does not track headers: rebuild every object when one changes, or
 # when the version in outbox.control does.
 $(OBJS): $(foreach d,$(SRC_DIRS),$(wildcard $(srcdir)/$(d)/*.h)) $(srcdir)/outbox.control
+
+# A build outside the tree (VPATH, as pg_buildext builds each major in
+# build-NN/ for debian/): the object folders are made there first.
+ifdef VPATH
+$(OBJS) $(OBJS:.o=.bc): | outbox-object-dirs
+.PHONY: outbox-object-dirs
+outbox-object-dirs:
+	@mkdir -p $(SRC_DIRS)
+endif
 
 # The TAP tests alone: make tapcheck [PROVE_TESTS=t/001_delivery.pl]
 .PHONY: tapcheck

@@ -14,7 +14,12 @@
 #   - the user's documentation (README.md, docs/*.md) names no commit and
 #     no issue ("issue 37", "#37");
 #   - DESIGN.md's file map lists every file of src/ (a .c stands for the
-#     .h of its name beside it) and nothing that does not exist.
+#     .h of its name beside it) and nothing that does not exist;
+#   - the packages say the version outbox.control does: META.json is valid
+#     JSON whose version and provided outbox version are default_version
+#     as semver (1.7 -> 1.7.0) and whose provided file is that version's
+#     install script, and debian/changelog's newest entry is that version
+#     with a Debian revision (1.7-1).
 # The files are those git knows (tracked, and untracked but not ignored, as
 # scripts/copy_tree.sh copies); outside git, every file but build products.
 # Prints every violation, then "check_structure: N problems" and exits 1,
@@ -24,6 +29,7 @@ set -euo pipefail
 ROOT=${1:-$(cd "$(dirname "$0")/.." && pwd)}
 
 exec python3 - "$ROOT" <<'PYTHON'
+import json
 import os
 import re
 import subprocess
@@ -246,6 +252,52 @@ else:
                 any(d.endswith("/") and f.startswith(d) for d in mapped):
             continue
         problem("map", "%s is not in DESIGN.md's file map" % f)
+
+# the packages' versions against outbox.control's
+def control_version():
+    if "outbox.control" not in FILE_SET:
+        problem("version", "outbox.control is missing")
+        return None
+    for line in read_lines("outbox.control"):
+        m = re.match(r"default_version\s*=\s*'([^']*)'", line)
+        if m:
+            return m.group(1)
+    problem("version", "outbox.control has no default_version")
+    return None
+
+
+version = control_version()
+if version is not None:
+    semver = version + ".0" if re.fullmatch(r"\d+\.\d+", version) else version
+    if "META.json" not in FILE_SET:
+        problem("version", "META.json is missing")
+    else:
+        try:
+            with open("META.json", encoding="utf-8") as f:
+                meta = json.load(f)
+        except ValueError as e:
+            meta = None
+            problem("version", "META.json is not valid JSON: %s" % e)
+        if meta is not None:
+            provided = meta.get("provides", {}).get("outbox", {})
+            for where, found in (("version", meta.get("version")),
+                                 ("provides.outbox.version", provided.get("version"))):
+                if found != semver:
+                    problem("version", "META.json's %s is %r, outbox.control's "
+                            "default_version %s makes it %s" % (where, found, version, semver))
+            script = "outbox--%s.sql" % version
+            if provided.get("file") != script or script not in FILE_SET:
+                problem("version", "META.json's provides.outbox.file is %r, the install "
+                        "script of %s is %s" % (provided.get("file"), version, script))
+    if "debian/changelog" not in FILE_SET:
+        problem("version", "debian/changelog is missing")
+    else:
+        m = re.match(r"\S+ \(([^)]*)\)", read_lines("debian/changelog")[0])
+        packaged = m.group(1) if m else None
+        if packaged is None or not re.fullmatch(re.escape(version) + r"-\d+", packaged):
+            problem("version", "debian/changelog's newest entry is %r, not outbox.control's "
+                    "default_version %s with a Debian revision (%s-1)"
+                    % (packaged, version, version))
 
 for kind, message in problems:
     print("check_structure: %s: %s" % (kind, message))

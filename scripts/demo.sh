@@ -4,13 +4,18 @@
 # (127.0.0.1 only) and scripts/receiver.py, emits a few events in committed
 # and rolled-back transactions, and shows what the receiver got.  Run as
 # root; everything it starts is stopped and removed on exit.
+#
+# OUTBOX_DEMO_INSTALLED=1 installs and builds nothing: the demo runs against
+# the outbox already installed (a postgresql-NN-outbox package, say), and
+# needs only that PostgreSQL and python3.  PG_CONFIG names the PostgreSQL
+# (/usr/lib/postgresql/15/bin/pg_config by default).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=scripts/copy_tree.sh
 . "$ROOT/scripts/copy_tree.sh"
-PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
-PGBIN=/usr/lib/postgresql/15/bin
+PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
+INSTALLED=${OUTBOX_DEMO_INSTALLED:-0}
 export LC_ALL=C.UTF-8
 unset PGHOST PGHOSTADDR PGPORT PGDATA PGDATABASE PGUSER PGSERVICE PGOPTIONS
 
@@ -19,8 +24,11 @@ heading()
 	printf '\n==== %s ====\n' "$*"
 }
 
-heading "dependencies"
-bash "$ROOT/scripts/deps.sh"
+if [ "$INSTALLED" != 1 ]; then
+	heading "dependencies"
+	bash "$ROOT/scripts/deps.sh"
+fi
+PGBIN=$("$PG_CONFIG" --bindir)
 
 WORK=$(mktemp -d /tmp/outbox-demo.XXXXXX)
 DATA=$WORK/data
@@ -70,15 +78,27 @@ print(port)
 EOF
 }
 
-heading "build and install"
-# Build in a copy, so the checkout gets no build products.
-mkdir "$WORK/build"
-copy_tree "$ROOT" "$WORK/build"
-chown -R postgres:postgres "$WORK"
-as_postgres make -s -C "$WORK/build" PG_CONFIG="$PG_CONFIG" clean >/dev/null
-as_postgres make -s -C "$WORK/build" PG_CONFIG="$PG_CONFIG"
-make -s -C "$WORK/build" PG_CONFIG="$PG_CONFIG" install
-echo "installed into $("$PG_CONFIG" --pkglibdir)"
+if [ "$INSTALLED" = 1 ]; then
+	heading "the installed outbox"
+	chown postgres:postgres "$WORK"
+	for f in "$("$PG_CONFIG" --pkglibdir)/outbox.so" "$("$PG_CONFIG" --sharedir)/extension/outbox.control"; do
+		if [ ! -f "$f" ]; then
+			echo "demo.sh: OUTBOX_DEMO_INSTALLED=1, but $f is missing"
+			exit 1
+		fi
+		echo "$f"
+	done
+else
+	heading "build and install"
+	# Build in a copy, so the checkout gets no build products.
+	mkdir "$WORK/build"
+	copy_tree "$ROOT" "$WORK/build"
+	chown -R postgres:postgres "$WORK"
+	as_postgres make -s -C "$WORK/build" PG_CONFIG="$PG_CONFIG" clean >/dev/null
+	as_postgres make -s -C "$WORK/build" PG_CONFIG="$PG_CONFIG"
+	make -s -C "$WORK/build" PG_CONFIG="$PG_CONFIG" install
+	echo "installed into $("$PG_CONFIG" --pkglibdir)"
+fi
 
 heading "start a throwaway server"
 PGPORT_DEMO=$(first_free_port 25432)

@@ -13,11 +13,11 @@
 #   18  regress, isolation and TAP, built with assertions (--enable-cassert);
 #   17  regress, isolation and the core TAP files ($CORE_TAP below).
 # The first run of 17 and 18 builds them from Debian's source packages
-# (scripts/pg.sh), about a quarter of an hour on 2 cores; later runs reuse
+# (scripts/pg.sh), about ten minutes on 2 cores; later runs reuse
 # the builds.  The last line sums the runs.
 #
 # A part of the suite: OUTBOX_TIERS lists the tiers to run (unit, regress,
-# isolation, tap; all by default) and PROVE_TESTS the TAP files, e.g.
+# isolation, tap, package; all by default) and PROVE_TESTS the TAP files, e.g.
 #   OUTBOX_TIERS=tap PROVE_TESTS="t/008_hostile.pl" bash scripts/test.sh
 # and PROVE_VERBOSE=1 prints each TAP test's lines (the figures in their
 # names).
@@ -260,7 +260,28 @@ run_unit()
 	FAILED=$((FAILED + failed))
 }
 
-TIERS=" ${OUTBOX_TIERS:-unit regress isolation tap} "
+# The Debian package (scripts/package_test.sh, under the lock this run
+# holds): built, installed in place of this build, the demo run against it,
+# this build put back.  On 15 alone, the PostgreSQL Debian packages.
+run_package()
+{
+	local log="$SCRATCH/package.log" rc=0 passed failed
+	echo "== package"
+	bash "$ROOT/scripts/package_test.sh" 2>&1 | tee "$log" || rc=$?
+	case $rc in 130 | 143) exit "$rc" ;; esac
+	passed=$(sed -n 's/^package: \([0-9]*\) passed, \([0-9]*\) failed$/\1/p' "$log")
+	failed=$(sed -n 's/^package: \([0-9]*\) passed, \([0-9]*\) failed$/\2/p' "$log")
+	passed=${passed:-0}
+	failed=${failed:-1}
+	if [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ]; then
+		failed=1
+	fi
+	echo "== package: $passed passed, $failed failed"
+	PASSED=$((PASSED + passed))
+	FAILED=$((FAILED + failed))
+}
+
+TIERS=" ${OUTBOX_TIERS:-unit regress isolation tap package} "
 [[ $TIERS == *" unit "* ]] && run_unit
 [[ $TIERS == *" regress "* ]] && run_tier regress ISOLATION= TAP_TESTS=
 [[ $TIERS == *" isolation "* ]] && run_tier isolation REGRESS= TAP_TESTS=
@@ -268,6 +289,7 @@ if [[ $TIERS == *" tap "* ]] && compgen -G "$SCRATCH/t/*.pl" >/dev/null; then
 	# --timer: each file's time, to keep the suite within its budget.
 	run_tier tap REGRESS= ISOLATION= PROVE_FLAGS="--timer ${PROVE_VERBOSE:+-v}" ${PROVE_TESTS:+PROVE_TESTS="$PROVE_TESTS"}
 fi
+[[ $TIERS == *" package "* ]] && [ "$PG_MAJOR" = 15 ] && run_package
 
 # Every tier asked for runs whole: a file that skips (a server or package
 # missing) fails the run, unless OUTBOX_ALLOW_SKIPS=1 says skips are expected.

@@ -1,0 +1,80 @@
+/*-------------------------------------------------------------------------
+ *
+ * metrics.c
+ *	  The SQL functions behind outbox.metrics that read shared memory:
+ *	  outbox._counters(), this database's counters per endpoint (attempts
+ *	  by outcome, the duration histogram, the relay's starts), and
+ *	  outbox._duration_bounds(), the histogram's bucket bounds.
+ *
+ * Thin wrappers over src/counters.c, which keeps the counters and knows
+ * nothing of fmgr.  They take no lock: what they show is what the relay
+ * last counted, and reading it never makes the relay wait.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "utils/array.h"
+
+#include "counters.h"
+
+PG_FUNCTION_INFO_V1(outbox_counters);
+PG_FUNCTION_INFO_V1(outbox_duration_bounds);
+
+/* One row of outbox._counters(), into the tuplestore of rsinfo. */
+static void
+put_counters(const CounterSnapshot *snap, void *arg)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) arg;
+	Datum		values[COUNTED_NOUTCOMES + 4];
+	bool		nulls[COUNTED_NOUTCOMES + 4] = {0};
+	Datum		buckets[COUNTED_NBOUNDS + 1];
+	int			c = 0;
+
+	if (snap->endpoint_id == 0)
+		nulls[c] = true;
+	values[c++] = Int32GetDatum(snap->endpoint_id);
+	for (int o = 0; o < COUNTED_NOUTCOMES; o++)
+		values[c++] = Int64GetDatum((int64) snap->outcomes[o]);
+	for (int b = 0; b <= COUNTED_NBOUNDS; b++)
+		buckets[b] = Int64GetDatum((int64) snap->buckets[b]);
+	values[c++] = PointerGetDatum(construct_array(buckets, COUNTED_NBOUNDS + 1, INT8OID,
+												  sizeof(int64), FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	values[c++] = Float8GetDatum(snap->seconds_sum);
+	values[c++] = Int64GetDatum((int64) snap->relay_starts);
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+}
+
+/*
+ * outbox._counters() returns (endpoint_id, delivered, retry, dead, expired,
+ * buckets, seconds_sum, relay_starts) per endpoint of this database counted
+ * since the server started, and a row with endpoint_id NULL for the
+ * database itself: its relay's starts, and the attempts to endpoints that
+ * found no free counters.  buckets are cumulative, one per bound of
+ * _duration_bounds() and a last for +Inf (every attempt sent).  No rows
+ * without shared memory.
+ */
+Datum
+outbox_counters(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+
+	InitMaterializedSRF(fcinfo, 0);
+	outbox_visit_counters(put_counters, rsinfo);
+	return (Datum) 0;
+}
+
+/* outbox._duration_bounds(): the upper bounds of the histogram's buckets. */
+Datum
+outbox_duration_bounds(PG_FUNCTION_ARGS)
+{
+	Datum		bounds[COUNTED_NBOUNDS];
+
+	for (int b = 0; b < COUNTED_NBOUNDS; b++)
+		bounds[b] = Float8GetDatum(outbox_bucket_bounds[b]);
+	PG_RETURN_ARRAYTYPE_P(construct_array(bounds, COUNTED_NBOUNDS, FLOAT8OID,
+										  sizeof(float8), FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+}

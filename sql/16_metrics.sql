@@ -13,9 +13,12 @@ SELECT a.attname, format_type(a.atttypid, a.atttypmod) AS type
 
 SELECT outbox.create_endpoint('mx-a', 'https://example.com/a', ARRAY['mx.*']) IS NOT NULL AS created;
 SELECT outbox.create_endpoint('mx-b', 'https://example.com/b', ARRAY['mx.b']) IS NOT NULL AS created;
+SELECT outbox.create_endpoint('mx-all', 'https://example.com/all', ARRAY['*']) IS NOT NULL AS created;
+SELECT outbox.create_endpoint('mx_under', 'https://example.com/u', ARRAY['mx_b', 'm*', 'mx.a']) IS NOT NULL AS created;
 
 -- Every metric, its type and its label keys, for one endpoint and for the
--- database; each sample named outbox_*, each with a help text.
+-- database; each sample named outbox_*, each with a help text.  (mx-a has
+-- no attempt yet: of its outcomes, delivered alone is there, at 0.)
 SELECT name, type, ARRAY(SELECT jsonb_object_keys(labels) ORDER BY 1) AS label_keys, count(*) AS samples
   FROM outbox.metrics
  WHERE labels->>'endpoint' = 'mx-a' OR NOT labels ? 'endpoint'
@@ -32,14 +35,19 @@ SELECT regexp_replace(name, '_(bucket|sum|count)$', '') AS family, count(DISTINC
   FROM outbox.metrics
  GROUP BY 1 HAVING count(DISTINCT help) <> 1;
 
--- The histogram: a bucket per bound and +Inf, in order, cumulative, the
--- last equal to the count; every endpoint has one, counted or not.
+-- The histogram, of the whole database: a bucket per bound and +Inf, in
+-- order, the last equal to the count.
 SELECT labels->>'le' AS le, value
   FROM outbox.metrics
- WHERE name = 'outbox_attempt_duration_seconds_bucket' AND labels->>'endpoint' = 'mx-a'
+ WHERE name = 'outbox_attempt_duration_seconds_bucket'
  ORDER BY CASE WHEN labels->>'le' = '+Inf' THEN 'Infinity'::float8 ELSE (labels->>'le')::float8 END;
-SELECT count(DISTINCT labels->>'endpoint') = (SELECT count(*) FROM outbox.endpoints) AS every_endpoint
-  FROM outbox.metrics WHERE name = 'outbox_attempt_duration_seconds_count';
+SELECT name, labels, value FROM outbox.metrics
+ WHERE name IN ('outbox_attempt_duration_seconds_sum', 'outbox_attempt_duration_seconds_count') ORDER BY 1;
+-- Every endpoint has its delivered count and attempt seconds, counted or
+-- not; its other outcomes appear at their first count.
+SELECT name, count(DISTINCT labels->>'endpoint') = (SELECT count(*) FROM outbox.endpoints) AS every_endpoint
+  FROM outbox.metrics WHERE name IN ('outbox_deliveries_total', 'outbox_attempt_seconds_total')
+ GROUP BY 1 ORDER BY 1;
 SELECT labels->>'outcome' AS outcome, value
   FROM outbox.metrics
  WHERE name = 'outbox_deliveries_total' AND labels->>'endpoint' = 'mx-b'
@@ -54,8 +62,14 @@ SELECT outbox.pause_endpoint('mx-b');
 SELECT labels->>'endpoint' AS endpoint, name, value
   FROM outbox.metrics
  WHERE labels->>'endpoint' IN ('mx-a', 'mx-b')
-   AND name IN ('outbox_events_pending', 'outbox_dead_letters', 'outbox_endpoint_up', 'outbox_events_in_retry')
+   AND name IN ('outbox_events_pending', 'outbox_dead_letters', 'outbox_endpoint_up')
  ORDER BY 1, 2;
+-- The same counts as endpoint_status, for exact, prefix and "*" patterns
+-- ("_" is no wildcard) and overlapping ones (an event counts once).
+SELECT s.name, m.value AS pending, m.value = s.events_waiting AS as_endpoint_status
+  FROM outbox.endpoint_status s
+  JOIN outbox.metrics m ON m.name = 'outbox_events_pending' AND m.labels->>'endpoint' = s.name
+ ORDER BY 1;
 SELECT labels->>'endpoint' AS endpoint, value >= 0 AND value < 3600 AS age_plausible
   FROM outbox.metrics
  WHERE name = 'outbox_oldest_pending_age_seconds' AND labels->>'endpoint' IN ('mx-a', 'mx-b')
@@ -88,15 +102,17 @@ SELECT count(*) FROM outbox.metrics;
 RESET ROLE;
 GRANT USAGE ON SCHEMA outbox TO regress_metrics_reader;
 GRANT SELECT ON outbox.metrics TO regress_metrics_reader;
-GRANT EXECUTE ON FUNCTION outbox._counters(), outbox._duration_bounds(), outbox._unread_all(),
-                          outbox._in_flight(), outbox._setting_interval(text, interval) TO regress_metrics_reader;
+GRANT EXECUTE ON FUNCTION outbox._counters(), outbox._duration_totals(), outbox._duration_bounds(),
+                          outbox._pending(), outbox._setting_interval(text, interval) TO regress_metrics_reader;
 SELECT count(*) AS samples FROM outbox.metrics \gset
 SET ROLE regress_metrics_reader;
 SELECT count(*) = :samples AS reads_every_sample FROM outbox.metrics;
 RESET ROLE;
 REVOKE ALL ON outbox.metrics FROM regress_metrics_reader;
-REVOKE ALL ON FUNCTION outbox._counters(), outbox._duration_bounds(), outbox._unread_all(),
-                       outbox._in_flight(), outbox._setting_interval(text, interval) FROM regress_metrics_reader;
+REVOKE ALL ON FUNCTION outbox._counters(), outbox._duration_totals(), outbox._duration_bounds(),
+                       outbox._pending(), outbox._setting_interval(text, interval) FROM regress_metrics_reader;
 REVOKE ALL ON SCHEMA outbox FROM regress_metrics_reader;
 DROP ROLE regress_metrics_reader;
 SELECT outbox.drop_endpoint('mx-a');
+SELECT outbox.drop_endpoint('mx-all');
+SELECT outbox.drop_endpoint('mx_under');

@@ -2640,13 +2640,12 @@ COMMENT ON TRIGGER stream_restored ON outbox.stream IS
 
 -- Counters that only grow while the server runs, from the relay's shared
 -- memory (src/counters.c): per endpoint, attempts by what they came to and
--- their durations; the row with endpoint_id NULL is the database's own (its
--- relay's starts, and the attempts to endpoints beyond
--- outbox.max_counted_endpoints).  buckets are cumulative, one per bound of
--- _duration_bounds() and a last for +Inf.
+-- the seconds they took; the row with endpoint_id NULL is the database's
+-- own (its relay's starts, and the attempts to endpoints beyond
+-- outbox.max_counted_endpoints).
 CREATE FUNCTION outbox._counters(
     OUT endpoint_id integer, OUT delivered bigint, OUT retry bigint, OUT dead bigint, OUT expired bigint,
-    OUT buckets bigint[], OUT seconds_sum double precision, OUT relay_starts bigint)
+    OUT seconds_sum double precision, OUT relay_starts bigint)
 RETURNS SETOF record
 LANGUAGE c VOLATILE AS 'MODULE_PATHNAME', 'outbox_counters';
 COMMENT ON FUNCTION outbox._counters() IS
@@ -2673,13 +2672,18 @@ COMMENT ON FUNCTION outbox._duration_bounds() IS
 -- other positions once per distinct position, and each endpoint's
 -- patterns are matched against the types owed, not against every event.
 -- oldest leaves out what is not due yet.  With the owner's rights, as
--- _unread_all().
+-- _unread_all().  PL/pgSQL for its kept plan: an exporter reads it on one
+-- connection, and planning this statement each time cost more than
+-- running it while nothing is owed.
 CREATE FUNCTION outbox._pending()
 RETURNS TABLE (endpoint_id integer, n bigint, oldest timestamptz)
-LANGUAGE sql STABLE SECURITY DEFINER
+LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 SET jit = off
 AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
     WITH own AS (
         SELECT p.endpoint_id, p.snap, p.next_snap, p.after_id,
                dense_rank() OVER (ORDER BY p.snap::text, p.next_snap::text, p.after_id) AS k
@@ -2725,10 +2729,11 @@ AS $$
          WHERE e.id IS NOT NULL OR dl.id IS NOT NULL
          GROUP BY rr.endpoint_id
     )
-    SELECT coalesce(u.endpoint_id, r.endpoint_id), coalesce(u.n, 0) + coalesce(r.n, 0),
+    SELECT coalesce(u.endpoint_id, r.endpoint_id), (coalesce(u.n, 0) + coalesce(r.n, 0))::bigint,
            least(u.oldest, r.oldest)
       FROM unread u
-      FULL JOIN retrying r ON r.endpoint_id = u.endpoint_id
+      FULL JOIN retrying r ON r.endpoint_id = u.endpoint_id;
+END
 $$;
 COMMENT ON FUNCTION outbox._pending() IS
     'internal: per endpoint owed anything, the deliveries owed and the emit time of the oldest one due';
@@ -2737,27 +2742,28 @@ COMMENT ON FUNCTION outbox._pending() IS
 -- the family's type (a histogram's rows carry their sample's name:
 -- _bucket with le, _sum, _count) and what it means.  The gauges come from
 -- the tables and the relay's shared memory; the counters from shared
--- memory alone, never from the attempt log, which rotation empties.  Each
--- endpoint has its gauges and its delivered count; its other outcomes
--- appear at their first count.  Each sample is a branch of its own, so
--- that a reader asking for some names computes only theirs.  Reading it
--- takes no lock the relay waits on: the tables are read as any SELECT
--- reads them, shared memory without a lock, and a partition's size only
--- while its rotation is overdue.
+-- memory alone, never from the attempt log, which rotation empties.  Every
+-- endpoint has its outbox_endpoint_up; its other samples are there while
+-- they are not 0 (a counter from its first count): beside thousands of
+-- endpoints each sample is a cost to every read, and most are 0.  Each
+-- metric is a branch of its own, so that a reader asking for some names
+-- computes only theirs.  Reading it takes no lock the relay waits on: the
+-- tables are read as any SELECT reads them, shared memory without a lock,
+-- and a partition's size only while its rotation is overdue.
 CREATE VIEW outbox.metrics AS
-WITH ep AS (
-    SELECT e.id, jsonb_build_object('endpoint', e.name) AS labels,
+WITH counted AS (
+    SELECT * FROM outbox._counters()
+), ep AS (
+    SELECT e.id, e.name, jsonb_build_object('endpoint', e.name) AS labels,
            e.disabled_at IS NULL AND NOT e.paused AND h.consecutive_failures = 0 AS up,
-           coalesce(p.n, 0) AS pending,
-           coalesce(extract(epoch FROM now() - p.oldest), 0) AS oldest_age,
-           c.delivered, c.retry, c.dead, c.expired, c.seconds_sum
+           p.n AS pending, extract(epoch FROM now() - p.oldest) AS oldest_age,
+           c.delivered, c.retry, c.dead, c.expired
       FROM outbox.endpoints e
       JOIN outbox.endpoint_health h ON h.endpoint_id = e.id
       LEFT JOIN outbox._pending() p ON p.endpoint_id = e.id
-      LEFT JOIN outbox._counters() c ON c.endpoint_id = e.id
+      LEFT JOIN counted c ON c.endpoint_id = e.id
 ), db AS (
-    SELECT c.delivered, c.retry, c.dead, c.expired, c.relay_starts
-      FROM outbox._counters() c WHERE c.endpoint_id IS NULL
+    SELECT c.delivered, c.retry, c.dead, c.expired, c.relay_starts FROM counted c WHERE c.endpoint_id IS NULL
 ), durations AS (
     SELECT t.buckets, t.seconds_sum, outbox._duration_bounds() AS bounds FROM outbox._duration_totals() t
 ), rotated AS (
@@ -2772,32 +2778,30 @@ WITH ep AS (
                                             '7 days') AS retention) s
      WHERE r.current
 )
-SELECT 'outbox_events_pending'::text AS name, ep.labels, ep.pending::double precision AS value,
+SELECT 'outbox_endpoint_up'::text AS name, ep.labels, CASE WHEN ep.up THEN 1 ELSE 0 END::double precision AS value,
        'gauge'::text AS type,
-       'deliveries owed to the endpoint: events not yet sent and retries (an event owed to two endpoints counts for each)'::text AS help
+       '1 when the endpoint is active and its last attempt did not fail; 0 when paused, disabled or failing'::text AS help
   FROM ep
+UNION ALL
+SELECT 'outbox_events_pending', ep.labels, ep.pending, 'gauge',
+       'deliveries owed to the endpoint: events not yet sent and retries (an event owed to two endpoints counts for each)'
+  FROM ep WHERE ep.pending > 0
 UNION ALL
 SELECT 'outbox_oldest_pending_age_seconds', ep.labels, ep.oldest_age, 'gauge',
-       'age of the oldest delivery owed to the endpoint and due, since its emit; 0 when none is due'
-  FROM ep
+       'age of the oldest delivery owed to the endpoint and due, since its emit'
+  FROM ep WHERE ep.oldest_age IS NOT NULL
 UNION ALL
-SELECT 'outbox_dead_letters', ep.labels, coalesce(d.n, 0), 'gauge',
+SELECT 'outbox_dead_letters', ep.labels, d.n, 'gauge',
        'events given up on for the endpoint, as outbox.dead_letters has them'
-  FROM ep
-  LEFT JOIN (SELECT dl.endpoint_id, count(*) AS n FROM outbox.dead_letter_log dl GROUP BY dl.endpoint_id) d
-    ON d.endpoint_id = ep.id
-UNION ALL
-SELECT 'outbox_endpoint_up', ep.labels, CASE WHEN ep.up THEN 1 ELSE 0 END, 'gauge',
-       '1 when the endpoint is active and its last attempt did not fail; 0 when paused, disabled or failing'
-  FROM ep
+  FROM (SELECT dl.endpoint_id, count(*) AS n FROM outbox.dead_letter_log dl GROUP BY dl.endpoint_id) d
+  JOIN ep ON ep.id = d.endpoint_id
 UNION ALL
 SELECT 'outbox_deliveries_total', ep.labels || o.outcome, o.n, 'counter',
        'attempts by what they came to (delivered, retry, dead, expired), since the server started'
   FROM ep
-  CROSS JOIN LATERAL (VALUES ('{"outcome": "delivered"}'::jsonb, coalesce(ep.delivered, 0)),
-                             ('{"outcome": "retry"}', ep.retry), ('{"outcome": "dead"}', ep.dead),
-                             ('{"outcome": "expired"}', ep.expired)) o(outcome, n)
- WHERE o.n > 0 OR o.outcome = '{"outcome": "delivered"}'
+  CROSS JOIN LATERAL (VALUES ('{"outcome": "delivered"}'::jsonb, ep.delivered), ('{"outcome": "retry"}', ep.retry),
+                             ('{"outcome": "dead"}', ep.dead), ('{"outcome": "expired"}', ep.expired)) o(outcome, n)
+ WHERE o.n > 0
 UNION ALL
 -- (attempts to endpoints beyond outbox.max_counted_endpoints, without an
 -- endpoint label)
@@ -2807,10 +2811,6 @@ SELECT 'outbox_deliveries_total', o.outcome, o.n, 'counter',
   CROSS JOIN LATERAL (VALUES ('{"outcome": "delivered"}'::jsonb, db.delivered), ('{"outcome": "retry"}', db.retry),
                              ('{"outcome": "dead"}', db.dead), ('{"outcome": "expired"}', db.expired)) o(outcome, n)
  WHERE o.n > 0
-UNION ALL
-SELECT 'outbox_attempt_seconds_total', ep.labels, coalesce(ep.seconds_sum, 0), 'counter',
-       'seconds the endpoint''s attempts took, since the server started (over outbox_deliveries_total: the mean)'
-  FROM ep
 UNION ALL
 SELECT 'outbox_attempt_duration_seconds_bucket', jsonb_build_object('le', coalesce(b.le::text, '+Inf')),
        d.buckets[b.i::integer], 'histogram',

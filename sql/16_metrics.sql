@@ -17,8 +17,8 @@ SELECT outbox.create_endpoint('mx-all', 'https://example.com/all', ARRAY['*']) I
 SELECT outbox.create_endpoint('mx_under', 'https://example.com/u', ARRAY['mx_b', 'm*', 'mx.a']) IS NOT NULL AS created;
 
 -- Every metric, its type and its label keys, for one endpoint and for the
--- database; each sample named outbox_*, each with a help text.  (mx-a has
--- no attempt yet: of its outcomes, delivered alone is there, at 0.)
+-- database; each sample named outbox_*, each with a help text.  (mx-a owes
+-- nothing and has no attempt yet: it has its outbox_endpoint_up alone.)
 SELECT name, type, ARRAY(SELECT jsonb_object_keys(labels) ORDER BY 1) AS label_keys, count(*) AS samples
   FROM outbox.metrics
  WHERE labels->>'endpoint' = 'mx-a' OR NOT labels ? 'endpoint'
@@ -43,16 +43,12 @@ SELECT labels->>'le' AS le, value
  ORDER BY CASE WHEN labels->>'le' = '+Inf' THEN 'Infinity'::float8 ELSE (labels->>'le')::float8 END;
 SELECT name, labels, value FROM outbox.metrics
  WHERE name IN ('outbox_attempt_duration_seconds_sum', 'outbox_attempt_duration_seconds_count') ORDER BY 1;
--- Every endpoint has its delivered count and attempt seconds, counted or
--- not; its other outcomes appear at their first count.
-SELECT name, count(DISTINCT labels->>'endpoint') = (SELECT count(*) FROM outbox.endpoints) AS every_endpoint
-  FROM outbox.metrics WHERE name IN ('outbox_deliveries_total', 'outbox_attempt_seconds_total')
- GROUP BY 1 ORDER BY 1;
-SELECT labels->>'outcome' AS outcome, value
-  FROM outbox.metrics
- WHERE name = 'outbox_deliveries_total' AND labels->>'endpoint' = 'mx-b'
- ORDER BY 1;
-
+-- Every endpoint has its outbox_endpoint_up; the other samples are there
+-- while they are not 0, a counter from its first count (no relay serves
+-- this database: none here).
+SELECT count(DISTINCT labels->>'endpoint') = (SELECT count(*) FROM outbox.endpoints) AS every_endpoint_up
+  FROM outbox.metrics WHERE name = 'outbox_endpoint_up';
+SELECT count(*) AS zero_samples FROM outbox.metrics WHERE labels ? 'endpoint' AND name <> 'outbox_endpoint_up' AND value = 0;
 -- Gauges follow the tables: events owed per endpoint (by its patterns),
 -- the oldest one's age, dead letters, up; paused is not up.
 SELECT outbox.emit('mx.a', '{}') IS NOT NULL AS emitted;
@@ -66,9 +62,9 @@ SELECT labels->>'endpoint' AS endpoint, name, value
  ORDER BY 1, 2;
 -- The same counts as endpoint_status, for exact, prefix and "*" patterns
 -- ("_" is no wildcard) and overlapping ones (an event counts once).
-SELECT s.name, m.value AS pending, m.value = s.events_waiting AS as_endpoint_status
+SELECT s.name, m.value AS pending, coalesce(m.value, 0) = s.events_waiting AS as_endpoint_status
   FROM outbox.endpoint_status s
-  JOIN outbox.metrics m ON m.name = 'outbox_events_pending' AND m.labels->>'endpoint' = s.name
+  LEFT JOIN outbox.metrics m ON m.name = 'outbox_events_pending' AND m.labels->>'endpoint' = s.name
  ORDER BY 1;
 SELECT labels->>'endpoint' AS endpoint, value >= 0 AND value < 3600 AS age_plausible
   FROM outbox.metrics
@@ -81,6 +77,13 @@ SELECT outbox._record(ARRAY[ROW((SELECT id FROM outbox.endpoints WHERE name = 'm
   FROM outbox.events e WHERE e.event_type = 'mx.a';
 SELECT value AS dead_letters FROM outbox.metrics
  WHERE name = 'outbox_dead_letters' AND labels->>'endpoint' = 'mx-a';
+-- Now mx-a owes events and has a dead letter: its gauges, with their
+-- labels.
+SELECT name, type, ARRAY(SELECT jsonb_object_keys(labels) ORDER BY 1) AS label_keys, count(*) AS samples
+  FROM outbox.metrics
+ WHERE labels->>'endpoint' = 'mx-a'
+ GROUP BY 1, 2, 3
+ ORDER BY 1, 3;
 
 -- Per database: no relay here; rotation per table, nothing held.
 SELECT name, labels, value FROM outbox.metrics

@@ -31,9 +31,8 @@ static void
 put_counters(const CounterSnapshot *snap, void *arg)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) arg;
-	Datum		values[COUNTED_NOUTCOMES + 4];
-	bool		nulls[COUNTED_NOUTCOMES + 4] = {0};
-	Datum		buckets[COUNTED_NBOUNDS + 1];
+	Datum		values[COUNTED_NOUTCOMES + 3];
+	bool		nulls[COUNTED_NOUTCOMES + 3] = {0};
 	int			c = 0;
 
 	if (snap->endpoint_id == 0)
@@ -41,10 +40,6 @@ put_counters(const CounterSnapshot *snap, void *arg)
 	values[c++] = Int32GetDatum(snap->endpoint_id);
 	for (int o = 0; o < COUNTED_NOUTCOMES; o++)
 		values[c++] = Int64GetDatum((int64) snap->outcomes[o]);
-	for (int b = 0; b <= COUNTED_NBOUNDS; b++)
-		buckets[b] = Int64GetDatum((int64) snap->buckets[b]);
-	values[c++] = PointerGetDatum(construct_array(buckets, COUNTED_NBOUNDS + 1, INT8OID,
-												  sizeof(int64), FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 	values[c++] = Float8GetDatum(snap->seconds_sum);
 	values[c++] = Int64GetDatum((int64) snap->relay_starts);
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
@@ -52,12 +47,10 @@ put_counters(const CounterSnapshot *snap, void *arg)
 
 /*
  * outbox._counters() returns (endpoint_id, delivered, retry, dead, expired,
- * buckets, seconds_sum, relay_starts) per endpoint of this database counted
- * since the server started, and a row with endpoint_id NULL for the
- * database itself: its relay's starts, and the attempts to endpoints that
- * found no free counters.  buckets are cumulative, one per bound of
- * _duration_bounds() and a last for +Inf (every attempt sent).  No rows
- * without shared memory.
+ * seconds_sum, relay_starts) per endpoint of this database counted since
+ * the server started, and a row with endpoint_id NULL for the database
+ * itself: its relay's starts, and the attempts to endpoints that found no
+ * free counters.  No rows without shared memory.
  */
 Datum
 outbox_counters(PG_FUNCTION_ARGS)

@@ -266,5 +266,23 @@ for my $expr (@exprs)
 	ok(wait_until(30, sub { my $r = prom_query($prom_port, $q); $r && @$r }), "dashboard query returns data: $expr");
 }
 
+# The relay stopped (SIGTERM; a SIGKILL would make the postmaster reset
+# shared memory, as a server restart does): a new one starts,
+# outbox_relay_restarts_total counts it, and the counters carry on where
+# they were.
+my $delivered_before = metric('outbox_deliveries_total', '{"endpoint": "up", "outcome": "delivered"}');
+is(metric('outbox_relay_restarts_total', '{}'), '0', 'no relay restart so far');
+my $old_relay = relay_pid();
+sql("SELECT pg_terminate_backend($old_relay)");
+ok(relay_restarted($old_relay), 'a new relay starts');
+ok($node->poll_query_until('postgres',
+		q{SELECT value = 1 FROM outbox.metrics WHERE name = 'outbox_relay_restarts_total'}),
+	'outbox_relay_restarts_total counts the restart');
+sql(q{SELECT outbox.emit('m.third', '{}')});
+ok( $node->poll_query_until(
+		'postgres', qq{SELECT value = $delivered_before + 1 FROM outbox.metrics WHERE name = 'outbox_deliveries_total'
+		   AND labels = '{"endpoint": "up", "outcome": "delivered"}'}),
+	'the new relay counts on from where the last one stopped');
+
 $node->stop;
 done_testing();

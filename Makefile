@@ -21,6 +21,7 @@ OBJS = \
 	src/outbox.o \
 	src/guc.o \
 	src/shmem.o \
+	src/counters.o \
 	src/functions/append.o \
 	src/functions/emit.o \
 	src/functions/capture.o \
@@ -30,6 +31,7 @@ OBJS = \
 	src/functions/inbox.o \
 	src/functions/origin.o \
 	src/functions/relay_admin.o \
+	src/functions/metrics.o \
 	src/targets/sign.o \
 	src/targets/format.o \
 	src/targets/wait.o \

@@ -17,6 +17,8 @@ PACKAGES=(
 	libssl-dev              # amqps: the RabbitMQ target sets OpenSSL's verification
 	rabbitmq-server         # TAP tests: a broker each test starts itself
 	redis-server            # TAP tests: Redis for BullMQ and streams, started by the test
+	prometheus              # TAP tests: Prometheus (and promtool) on outbox.metrics
+	prometheus-postgres-exporter  # TAP tests: the exporter with contrib/prometheus/queries.yaml
 	libipc-run-perl perl    # TAP tests: IPC::Run and prove
 	python3                 # scripts/receiver.py
 	clang libclang-rt-14-dev  # test/h1: the parser's libFuzzer target
@@ -89,6 +91,23 @@ if [ "$(id -u)" -eq 0 ] && dpkg-query -W -f='${Status}' redis-server 2>/dev/null
 		update-rc.d redis-server disable >/dev/null 2>&1 || true
 	fi
 fi
+
+# Prometheus and postgres_exporter: their packages enable a default
+# instance each (ports 9090 and 9187, the exporter against the local
+# server); t/037 starts its own on ports of its own with a configuration
+# of its own: stop and disable these.
+for svc in prometheus prometheus-postgres-exporter; do
+	if [ "$(id -u)" -eq 0 ] && dpkg-query -W -f='${Status}' "$svc" 2>/dev/null | grep -q 'install ok installed'; then
+		if command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
+			systemctl disable --now "$svc" >/dev/null 2>&1 || true
+		else
+			if [ -f "/run/prometheus/$svc.pid" ]; then
+				service "$svc" stop >/dev/null 2>&1 || true
+			fi
+			update-rc.d "$svc" disable >/dev/null 2>&1 || true
+		fi
+	fi
+done
 
 # The npm packages of t/node (the CloudEvents SDK, the NATS and AMQP
 # clients, BullMQ 6 and 5 (as bullmq5) with ioredis), exactly as

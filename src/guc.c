@@ -5,8 +5,9 @@
  *	  when a change takes effect.
  *
  * Parameters read by the launcher and the relays are PGC_SIGHUP: they
- * reread them on reload.  outbox.max_relays is PGC_POSTMASTER: it sizes
- * shared memory; so is outbox.senders, which is read as a relay starts.
+ * reread them on reload.  outbox.max_relays and outbox.max_counted_endpoints
+ * are PGC_POSTMASTER: they size shared memory; so is outbox.senders, which
+ * is read as a relay starts.
  *
  * The rest of outbox reads its settings here (guc.h); this file reads only
  * the parsers that check a value (policy.c, address.c, format.c), none of
@@ -33,6 +34,7 @@ int			outbox_max_payload_size = 1024 * 1024;
 char	   *outbox_database = NULL;
 int			outbox_max_relays = 8;
 int			outbox_senders = 0;
+int			outbox_max_counted_endpoints = 10000;
 /* Read in SQL (current_setting) by the rotation: no C reader. */
 static int	outbox_retention = 7 * 86400;
 static int	outbox_attempt_retention = 7 * 86400;
@@ -142,6 +144,14 @@ outbox_guc_init(void)
 							"Each relay, and the launcher, is a background worker counted in max_worker_processes.",
 							&outbox_max_relays,
 							8, 1, 1024,
+							PGC_POSTMASTER, 0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("outbox.max_counted_endpoints",
+							"Most endpoints counted apart in outbox.metrics, across every database.",
+							"Each takes about 160 bytes of shared memory; attempts to endpoints beyond it are counted without an endpoint.",
+							&outbox_max_counted_endpoints,
+							10000, 0, 1000000,
 							PGC_POSTMASTER, 0,
 							NULL, NULL, NULL);
 

@@ -26,6 +26,7 @@ extern int	outbox_max_payload_size;
 extern char *outbox_database;
 extern int	outbox_max_relays;
 extern int	outbox_senders;
+extern int	outbox_max_counted_endpoints;
 extern int	outbox_poll_interval;
 extern int	outbox_max_concurrency;
 extern int	outbox_endpoint_concurrency;

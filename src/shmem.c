@@ -38,6 +38,7 @@
 #include "utils/timestamp.h"
 
 #include "compat.h"
+#include "counters.h"
 #include "guc.h"
 #include "shmem.h"
 
@@ -113,6 +114,8 @@ outbox_shmem_request(void)
 		prev_shmem_request_hook();
 	RequestAddinShmemSpace(MAXALIGN(shared_size()));
 	RequestNamedLWLockTranche("outbox", 1);
+	RequestAddinShmemSpace(MAXALIGN(outbox_counters_size()));
+	RequestNamedLWLockTranche("outbox counters", 1);
 }
 
 static void
@@ -146,6 +149,7 @@ outbox_shmem_startup(void)
 				pg_atomic_init_u64(&s->in_flight[e], 0);
 		}
 	}
+	outbox_counters_startup();
 	LWLockRelease(AddinShmemInitLock);
 }
 

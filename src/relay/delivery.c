@@ -16,6 +16,7 @@
 
 #include "utils/timestamp.h"
 
+#include "counters.h"
 #include "relay/delivery.h"
 #include "relay/policy.h"
 
@@ -115,6 +116,36 @@ delivery_free_events(EventRows *rows)
 }
 
 /*
+ * The endpoint's counters (counters.c): an attempt by what it came to, and
+ * its duration if a request went.  Deferrals and events answered before a
+ * restart are not attempts.
+ */
+static void
+count_outcome(const Delivery *d, OutcomeKind outcome)
+{
+	int			endpoint_id = d->batch->ep->id;
+
+	switch (outcome)
+	{
+		case OUTCOME_KIND_DELIVERED:
+			outbox_count_outcome(endpoint_id, COUNTED_DELIVERED, true, d->result.duration_ms);
+			break;
+		case OUTCOME_KIND_RETRY:
+			outbox_count_outcome(endpoint_id, COUNTED_RETRY, true, d->result.duration_ms);
+			break;
+		case OUTCOME_KIND_DEAD:
+			outbox_count_outcome(endpoint_id, COUNTED_DEAD, true, d->result.duration_ms);
+			break;
+		case OUTCOME_KIND_EXPIRED:
+			outbox_count_outcome(endpoint_id, COUNTED_EXPIRED, false, 0);
+			break;
+		case OUTCOME_KIND_DEFERRED:
+		case OUTCOME_KIND_ALREADY:
+			break;
+	}
+}
+
+/*
  * A delivery has its outcome: one fewer pending in its batch, one more to
  * record.  A part of the stream's page that has no delivery left pending is
  * progress of the page (stream_detach_laggards).
@@ -126,6 +157,7 @@ delivery_settle(Delivery *d, OutcomeKind outcome)
 
 	d->outcome = outcome;
 	d->state = DELIVERY_DONE;
+	count_outcome(d, outcome);
 	b->pending--;
 	b->unrecorded++;
 	if (b->stream != NULL && b->pending == 0)

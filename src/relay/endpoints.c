@@ -21,6 +21,7 @@
 #include "utils/hsearch.h"
 #include "utils/timestamp.h"
 
+#include "counters.h"
 #include "relay/credentials.h"
 #include "relay/delivery.h"
 #include "relay/endpoints.h"
@@ -78,6 +79,7 @@ prune_unseen(HTAB *endpoints)
 		{
 			free_endpoint_strings(ep);
 			credentials_free(ep);
+			outbox_counters_forget(ep->id);
 			hash_search(endpoints, &ep->id, HASH_REMOVE, NULL);
 		}
 	}

@@ -41,6 +41,7 @@
 #include "utils/inval.h"
 #include "utils/memutils.h"
 
+#include "counters.h"
 #include "guc.h"
 #include "relay/credentials.h"
 #include "relay/limit.h"
@@ -295,7 +296,10 @@ outbox_relay_main(Datum arg)
 	target_start();
 	rotate_round(rs, true);
 	if (!rs->extension_absent)
+	{
 		senders_start(dbname);
+		outbox_counters_attach(MyDatabaseId);
+	}
 	rs->last_rotate = GetCurrentTimestamp();
 	if (!rs->extension_absent)
 		relay_read_round(rs, true);

@@ -112,6 +112,36 @@ sub run_worker
 	return ([ grep { !exists $_->{counts} } @lines ], $counts);
 }
 
+# A stream's entries after entry id $after (from the first without one),
+# oldest first, each as [milliseconds since the epoch (its id's time),
+# { field => value }].
+sub stream_entries
+{
+	my ($key, $after) = @_;
+	my ($out, $err) = ('', '');
+	IPC::Run::run([ 'redis-cli', '-p', $port, '-2', '--json', 'XRANGE', $key, defined $after ? "($after" : '-', '+' ],
+		'>', \$out, '2>', \$err, IPC::Run::timeout(30))
+	  or die "redis-cli XRANGE $key: $err";
+	return map {
+		my ($id, $fields) = @$_;
+		$id =~ /^(\d+)-\d+$/ or die "stream $key: an entry id $id";
+		[ $1, {@$fields} ]
+	} @{ decode_json($out) };
+}
+
+# A queue's adds (its events stream's "added" events) against the
+# committed events (id => 1), for job ids {event_id}: committed events
+# never added, job ids added more than once, job ids added that never
+# committed.
+sub job_adds
+{
+	my ($queue, $committed) = @_;
+	my %added;
+	$added{ $_->[1]{jobId} }++ for grep { $_->[1]{event} eq 'added' } stream_entries("bull:$queue:events");
+	return (scalar(grep { !$added{$_} } keys %$committed), scalar(grep { $added{$_} > 1 } keys %added),
+		scalar(grep { !$committed->{$_} } keys %added));
+}
+
 start_redis();
 ok(redis_up(), "redis-server listens on 127.0.0.1:$port");
 
@@ -298,23 +328,66 @@ ok($node->poll_query_until('postgres',
 note(sql("SELECT error FROM outbox.attempts WHERE event_id = '$tls_name' LIMIT 1"));
 sql(q{SELECT outbox.drop_endpoint('st_tls_name')});
 
-# Redis stopped and started while 300 jobs are added: none lost, none twice.
+# Redis stopped and started in the middle of a flow of 1,000 jobs: a
+# client emits them in 100 transactions of 10, 20 ms apart; once 300 are
+# added Redis holds the adds that come (CLIENT PAUSE WRITE holds every
+# script: a busy Redis), and stops (a clean shutdown) with adds in flight
+# while the rest are being emitted.  The adds it cut off and those tried
+# while it is away fail and are tried again.  Every committed event is
+# added as a job exactly once (the queue's own "added" events name each
+# job id once), and a Worker runs each once.
 sql("SELECT outbox.create_endpoint('bq_restart', 'bullmq://127.0.0.1:$port/restart', '{restart.*}', timeout => '2 seconds',
 	max_attempts => 100)");
-sql(q{SELECT outbox.emit('restart.a', jsonb_build_object('n', g)) FROM generate_series(1, 100) g});
+my $flow = "$dir/restart-flow.sql";
+open my $flow_fh, '>', $flow or die "cannot write $flow: $!";
+print $flow_fh "SELECT count(outbox.emit('restart.e', jsonb_build_object('n', g))) FROM generate_series("
+  . ($_ * 10 + 1) . ', ' . ($_ * 10 + 10) . ") g;\nSELECT pg_sleep(0.02);\n"
+  for 0 .. 99;
+close $flow_fh;
+my ($flow_out, $flow_err) = ('', '');
+my $emitter = IPC::Run::start(
+	[ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-d', $node->connstr('postgres'), '-f', $flow ],
+	'>', \$flow_out, '2>', \$flow_err);
 ok($node->poll_query_until('postgres',
-		q{SELECT count(*) > 0 FROM outbox.attempts WHERE endpoint = 'bq_restart' AND status = 200}),
+		q{SELECT count(*) >= 300 FROM outbox.attempts WHERE endpoint = 'bq_restart' AND status = 200}),
 	'restart: jobs flow');
+cli('CLIENT', 'PAUSE', '10000', 'WRITE');
+ok($node->poll_query_until('postgres', q{SELECT in_flight > 0 FROM outbox.endpoint_status WHERE name = 'bq_restart'}),
+	'restart: adds in flight, held by Redis');
 stop_redis();
-sql(q{SELECT outbox.emit('restart.b', jsonb_build_object('n', g)) FROM generate_series(101, 300) g});
-ok($node->poll_query_until('postgres',
-		q{SELECT count(*) > 0 FROM outbox.attempts WHERE endpoint = 'bq_restart' AND status IS NULL AND error IS NOT NULL}),
-	'restart: attempts failed while Redis was down');
+my ($emitted_at_stop, $added_at_stop) = split /\|/, sql(q{
+SELECT (SELECT count(*) FROM outbox.events WHERE event_type = 'restart.e'),
+       (SELECT count(*) FROM outbox.attempts WHERE endpoint = 'bq_restart' AND status = 200)});
+cmp_ok($emitted_at_stop, '<', 1000,
+	"restart: Redis stopped in the middle of the flow ($emitted_at_stop of 1,000 emitted, $added_at_stop added)");
+ok($node->poll_query_until('postgres', q{
+SELECT count(*) > 0 FROM outbox.attempts
+ WHERE endpoint = 'bq_restart' AND status IS NULL
+   AND (error = 'Redis: the server closed the connection' OR error LIKE 'Redis: the connection failed: %')}),
+	'restart: the adds in flight when Redis stopped failed (the connection lost)');
+ok($node->poll_query_until('postgres', q{
+SELECT count(*) > 0 FROM outbox.attempts
+ WHERE endpoint = 'bq_restart' AND status IS NULL AND error LIKE 'Redis: could not connect to %'}),
+	'restart: and so did the adds tried while Redis was down');
 start_redis();
+$emitter->finish or die "restart: the emitting client failed: $flow_err";
 ok($node->poll_query_until('postgres',
-		q{SELECT count(DISTINCT event_id) = 300 FROM outbox.attempts WHERE endpoint = 'bq_restart' AND status = 200}),
-	'restart: all 300 recorded delivered');
-is(cli('ZCARD', 'bull:restart:prioritized'), '300', 'restart: 300 jobs in the queue, none lost, none twice');
+		q{SELECT count(DISTINCT event_id) = 1000 FROM outbox.attempts WHERE endpoint = 'bq_restart' AND status = 200}),
+	'restart: all 1,000 recorded delivered');
+note('restart: failed attempts: '
+	  . sql(q{SELECT string_agg(n || ' x ' || e, '; ') FROM (SELECT left(error, 80) e, count(*) n
+  FROM outbox.attempts WHERE endpoint = 'bq_restart' AND status IS NULL GROUP BY 1) s}));
+my %restart_ids = map { $_ => 1 } split /\n/, sql(q{SELECT event_id FROM outbox.events WHERE event_type = 'restart.e'});
+is(scalar(keys %restart_ids), 1000, 'restart: 1,000 events committed');
+my ($lost, $twice, $phantom) = job_adds('restart', \%restart_ids);
+is("$lost/$twice/$phantom", '0/0/0', 'restart: every committed event added as a job once (lost/twice/phantom)');
+is(cli('ZCARD', 'bull:restart:prioritized'), '1000', 'restart: 1,000 jobs in the queue');
+my ($restart_runs, $restart_counts) = run_worker(6, 'restart', 1000, 60);
+my %ran;
+$ran{ $_->{id} }++ for @$restart_runs;
+is(scalar(grep { ($ran{$_} // 0) != 1 } keys %restart_ids) + scalar(grep { !$restart_ids{$_} } keys %ran), 0,
+	'restart: a Worker ran each job once, and nothing else');
+is($restart_counts->{completed}, 1000, 'restart: getJobCounts: 1,000 completed');
 
 # Redis killed (SIGKILL) and away for a while: the adds fail as transport
 # errors, the circuit opens (endpoint_health counts the failures in a row)

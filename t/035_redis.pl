@@ -389,15 +389,21 @@ is(scalar(grep { ($ran{$_} // 0) != 1 } keys %restart_ids) + scalar(grep { !$res
 	'restart: a Worker ran each job once, and nothing else');
 is($restart_counts->{completed}, 1000, 'restart: getJobCounts: 1,000 completed');
 
-# Redis killed (SIGKILL) and away for a while: the adds fail as transport
-# errors, the circuit opens (endpoint_health counts the failures in a row)
-# and closes once Redis is back; nothing is lost.
+# Redis killed (SIGKILL) and away for 30 s, measured from the kill.  The
+# adds fail as transport errors and are tried again all along, never
+# sooner than the retry schedule allows; twenty failures in a row open
+# the circuit (endpoint_health counts them), after which the endpoint's
+# new events are only probed and the rest wait at their position, and
+# the endpoint makes about one attempt a second.  outbox.health() warns
+# of the oldest undelivered.  Once Redis is back the circuit closes,
+# health shows it, and all 800 events are added, each once.
 sql("SELECT outbox.create_endpoint('bq_down', 'bullmq://127.0.0.1:$port/down', '{down.*}', timeout => '1 second',
 	max_attempts => 100)");
 sql(q{SELECT outbox.emit('down.a', jsonb_build_object('n', g)) FROM generate_series(1, 50) g});
 ok($node->poll_query_until('postgres',
 		q{SELECT count(*) = 50 FROM outbox.attempts WHERE endpoint = 'bq_down' AND status = 200}),
 	'down: the first 50 added');
+my $t_kill = Time::HiRes::time();
 $redis->signal('KILL');
 $redis->finish;
 undef $redis;
@@ -406,17 +412,83 @@ ok($node->poll_query_until('postgres', q{
 SELECT h.consecutive_failures >= 20 AND h.failing_since IS NOT NULL
   FROM outbox.endpoint_health h JOIN outbox.endpoints e ON e.id = h.endpoint_id WHERE e.name = 'bq_down'}),
 	'down: health shows the failures in a row (the circuit is open)');
-my $tried_down = sql(q{SELECT count(*) FROM outbox.attempts WHERE endpoint = 'bq_down' AND status IS NULL});
+# Events that come while the circuit is open.
+my $t_open = Time::HiRes::time();
+sql(q{SELECT outbox.emit('down.c', jsonb_build_object('n', g)) FROM generate_series(301, 800) g});
+# The outage: what is left of the 30 s.
+my $left = $t_kill + 30 - Time::HiRes::time();
+usleep(int($left * 1e6)) if $left > 0;
+my $down_health = sql(q{SET outbox.alert_after = '10s';
+SELECT status || ': ' || detail FROM outbox.health() WHERE check_name = 'oldest undelivered'});
+like($down_health, qr/^warning: /, 'down: outbox.health() warns of the oldest undelivered');
+my $t_back = Time::HiRes::time();
+cmp_ok($t_back - $t_kill, '>=', 30, sprintf('down: Redis away for at least 30 s (%.1f s)', $t_back - $t_kill));
 start_redis();
+my $t_up = Time::HiRes::time();
+
+# The attempts made while Redis was away.  What bounds them: the retry
+# schedule (no event again within 240 ms), the circuit (one new event per
+# 200 ms), and, tighter than both, a failing endpoint's one request in
+# flight (pump_endpoint_cap) each waiting for the Redis target's next
+# connection attempt, made at most once a second: about one attempt a
+# second.
+my $outage = sprintf(q{endpoint = 'bq_down' AND at > to_timestamp(%.3f) AND at <= to_timestamp(%.3f)}, $t_kill, $t_back);
+my ($tried, $answered, $retried, $events_tried, $max_per_event, $by_schedule, $min_gap, $longest_pause, $since_open)
+  = split /\|/, sql(sprintf(q{
+WITH a AS (SELECT * FROM outbox.attempts WHERE %s),
+     per AS (SELECT event_id, count(*) n, min(at) first FROM a GROUP BY 1),
+     gaps AS (SELECT extract(epoch FROM at - lag(at) OVER (PARTITION BY event_id ORDER BY attempt)) gap FROM a),
+     pauses AS (SELECT extract(epoch FROM t - lag(t) OVER (ORDER BY t)) p
+                  FROM (SELECT at t FROM a UNION ALL SELECT to_timestamp(%.3f)) x)
+SELECT (SELECT count(*) FROM a), (SELECT count(*) FROM a WHERE status IS NOT NULL),
+       (SELECT count(*) FROM a WHERE attempt > 1), (SELECT count(*) FROM per), (SELECT max(n) FROM per),
+       (SELECT sum(1 + floor(extract(epoch FROM to_timestamp(%.3f) - first) / 0.24))::bigint FROM per),
+       (SELECT round(min(gap)::numeric, 3) FROM gaps), (SELECT round(max(p)::numeric, 3) FROM pauses),
+       (SELECT count(*) FROM a WHERE at > to_timestamp(%.3f))},
+	$outage, $t_back, $t_back, $t_open));
+my ($probes, $c_waiting) = split /\|/, sql(sprintf(q{
+SELECT (SELECT count(*) FROM outbox.attempts WHERE %s AND attempt = 1 AND event_type = 'down.c'),
+       (SELECT count(*) FROM outbox.events e WHERE event_type = 'down.c'
+           AND NOT EXISTS (SELECT 1 FROM outbox.attempts a WHERE a.event_id = e.event_id AND %s))},
+	$outage, $outage));
+my $open_s = $t_back - $t_open;
+diag(sprintf('down: Redis away %.1f s: %d attempts (%d retries) on %d events, at most %d an event, shortest retry %s s, '
+		. 'longest pause %s s; the schedule alone allows %d; with the circuit open (%.1f s) %d attempts, '
+		. '%d of them probes of the 500 new events, %d of which waited untried',
+		$t_back - $t_kill, $tried, $retried, $events_tried, $max_per_event, $min_gap, $longest_pause, $by_schedule,
+		$open_s, $since_open, $probes, $c_waiting));
+is($answered, 0, 'down: no add was answered while Redis was away');
+cmp_ok($retried, '>', 0, "down: failed adds were tried again while Redis was away ($retried retries)");
+cmp_ok($longest_pause, '<', 3, "down: tried all along the outage (longest pause ${longest_pause} s)");
+cmp_ok($min_gap, '>=', 0.2, "down: no event tried again sooner than the schedule allows (shortest ${min_gap} s)");
+cmp_ok($tried, '<=', $by_schedule, "down: $tried attempts, within the $by_schedule the schedule allows");
+my $pace_max = int($open_s) + 3;
+cmp_ok($since_open, '<=', $pace_max,
+	sprintf('down: with the circuit open, about one attempt a second, not more (%d in %.1f s)', $since_open, $open_s));
+my $probe_max = int($open_s / 0.2) + 2;
+cmp_ok($probes, '<=', $probe_max, "down: new events only probed, at one per 200 ms at most ($probes)");
+cmp_ok($c_waiting, '>', 0, "down: the rest of them waited at their position ($c_waiting not tried)");
+
 ok($node->poll_query_until('postgres',
-		q{SELECT count(DISTINCT event_id) = 300 FROM outbox.attempts WHERE endpoint = 'bq_down' AND status = 200}),
-	'down: all 300 added once Redis is back');
+		q{SELECT count(DISTINCT event_id) = 800 FROM outbox.attempts WHERE endpoint = 'bq_down' AND status = 200}),
+	'down: all 800 added once Redis is back');
 ok($node->poll_query_until('postgres', q{
 SELECT h.consecutive_failures = 0 AND h.failing_since IS NULL
   FROM outbox.endpoint_health h JOIN outbox.endpoints e ON e.id = h.endpoint_id WHERE e.name = 'bq_down'}),
 	'down: health shows it healthy again (the circuit closed)');
-is(cli('ZCARD', 'bull:down:prioritized'), '300', 'down: 300 jobs, none lost, none twice');
-note("attempts that failed while Redis was away: $tried_down");
+diag(sprintf('down: the first add %.1f s after Redis was back, the last %.1f s after',
+		split /\|/, sql(sprintf(q{SELECT extract(epoch FROM min(at)) - %.3f, extract(epoch FROM max(at)) - %.3f
+  FROM outbox.attempts WHERE endpoint = 'bq_down' AND status = 200 AND at > to_timestamp(%.3f)}, $t_up, $t_up, $t_back))));
+$node->poll_query_until('postgres', 'SELECT deliveries_waiting = 0 FROM outbox.backlog')
+  or die 'down: deliveries still waiting';
+like(sql(q{SET outbox.alert_after = '10s';
+SELECT status || ': ' || detail FROM outbox.health() WHERE check_name = 'oldest undelivered'}),
+	qr/^ok: /, 'down: outbox.health() no longer warns');
+is(sql(q{SELECT count(*) FROM outbox.dead_letters WHERE endpoint = 'bq_down'}), '0', 'down: no dead letter');
+my %down_ids = map { $_ => 1 } split /\n/, sql(q{SELECT event_id FROM outbox.events WHERE event_type LIKE 'down.%'});
+($lost, $twice, $phantom) = job_adds('down', \%down_ids);
+is("$lost/$twice/$phantom", '0/0/0', 'down: every committed event added as a job once (lost/twice/phantom)');
+is(cli('ZCARD', 'bull:down:prioritized'), '800', 'down: 800 jobs in the queue');
 
 # Hostile servers: an oversized bulk string, an array, an endless line.
 my %hostile_reply = (huge => "\$999999999\r\n", array => "*2\r\n:1\r\n:2\r\n", endless => '+' . ('x' x 10000));

@@ -1,7 +1,8 @@
 # The relay's thread never waits on a broker's network.  A server that
 # accepts connections and never says a word (a listening socket nobody
 # accepts on: the kernel completes the handshakes) stands in for a NATS
-# server, a Kafka broker, a RabbitMQ broker and Redis (a BullMQ queue) at once, each an endpoint
+# server, a Kafka broker, a RabbitMQ broker and Redis (a BullMQ queue, and
+# a stream over a connection of its own: database 1) at once, each an endpoint
 # that gets an event every 100 ms; beside them a webhook endpoint gets
 # 2,000 events over 2 s.  Its deliveries never pause for a second or more,
 # all of them arrive, and the broker endpoints' attempts fail as transport
@@ -33,6 +34,8 @@ SELECT outbox.create_endpoint('b_kafka', 'kafka://127.0.0.1:$port/silent', ARRAY
 SELECT outbox.create_endpoint('b_amqp', 'amqp://127.0.0.1:$port/?exchange=silent', ARRAY['b.amqp'],
        timeout => '2 seconds');
 SELECT outbox.create_endpoint('b_bullmq', 'bullmq://127.0.0.1:$port/silent', ARRAY['b.bullmq'],
+       timeout => '2 seconds');
+SELECT outbox.create_endpoint('b_redis', 'redis://127.0.0.1:$port/1/silent', ARRAY['b.redis'],
        timeout => '2 seconds');});
 
 # 20 steps of 100 ms: 100 events to the webhook endpoint, one to each broker.
@@ -42,7 +45,7 @@ for my $step (1 .. 20)
 {
 	push @ids, split /\n/, sql(q{
 SELECT outbox.emit('b.nats', '{}'), outbox.emit('b.kafka', '{}'), outbox.emit('b.amqp', '{}'),
-       outbox.emit('b.bullmq', '{}');
+       outbox.emit('b.bullmq', '{}'), outbox.emit('b.redis', '{}');
 SELECT outbox.emit('w.e', jsonb_build_object('n', g)) FROM generate_series(1, 100) g});
 	my $next = $start + $step * 0.1;
 	usleep(int(($next - time()) * 1e6)) if $next > time();
@@ -60,7 +63,7 @@ for my $i (1 .. $#t)
 cmp_ok($longest, '<', 1.0, sprintf('the webhook endpoint\'s deliveries never paused for 1 s (longest %.3f s)', $longest));
 
 # The broker endpoints were tried, and failed as transport errors.
-for my $ep (qw(b_nats b_kafka b_amqp b_bullmq))
+for my $ep (qw(b_nats b_kafka b_amqp b_bullmq b_redis))
 {
 	ok($node->poll_query_until('postgres', qq{SELECT count(*) > 0 FROM outbox.attempts WHERE endpoint = '$ep'}),
 		"$ep was tried");

@@ -45,16 +45,9 @@ cleanup()
 }
 trap cleanup EXIT
 
-if [ "$PGBIN" = /usr/lib/postgresql/15/bin ]; then
-	exec 9>/tmp/outbox-test.lock
-	echo "slots.sh: waiting for the test lock" >&2
-	flock 9
-	make -s -C "$ROOT" PG_CONFIG=$PGBIN/pg_config install >/dev/null
-else
-	make -s -C "$ROOT" PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config >/dev/null
-	cp "$ROOT/outbox.so" "$("$PGBIN/pg_config" --pkglibdir)/"
-	cp "$ROOT"/outbox.control "$ROOT"/outbox--*.sql "$("$PGBIN/pg_config" --sharedir)/extension/"
-fi
+# shellcheck source=bench/install_outbox.sh
+. "$BENCH/install_outbox.sh"
+install_outbox slots.sh
 
 psql_() { runuser -u postgres -- "$PGBIN/psql" -h "$WORK" -p $PORT -d postgres -XAtq -c "$1"; }
 

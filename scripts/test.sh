@@ -38,6 +38,26 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 # stream, crashes, standbys, databases, rotation, dump and restore.
 CORE_TAP="t/001_delivery.pl t/004_relay.pl t/005_standby.pl t/007_crash.pl t/011_databases.pl t/012_retention.pl t/013_dump_restore.pl t/021_stream.pl t/036_relay_memory.pl"
 
+# count_line LOG PREFIX RC: set passed and failed from LOG's last line
+# "PREFIXN passed, N failed"; no such line, or a failing RC with no failure
+# counted, is one failure.
+count_line()
+{
+	local line
+	line=$(grep -E "^$2[0-9]+ passed, [0-9]+ failed\$" "$1" | tail -n 1 || true)
+	line=${line#"$2"}
+	passed=${line%% passed*}
+	failed=${line#*passed, }
+	failed=${failed%% failed}
+	if [ -z "$line" ]; then
+		passed=0
+		failed=1
+	fi
+	if [ "$3" -ne 0 ] && [ "$failed" -eq 0 ]; then
+		failed=1
+	fi
+}
+
 if [ -z "${PG_MAJOR:-}${OUTBOX_TIERS:-}${PROVE_TESTS:-}" ]; then
 	# The matrix: each major in a run of its own, so that each installs its
 	# own build; a failing major does not hide the others' results.
@@ -58,18 +78,8 @@ if [ -z "${PG_MAJOR:-}${OUTBOX_TIERS:-}${PROVE_TESTS:-}" ]; then
 			PG_MAJOR=$major OUTBOX_TIERS=$tiers bash "$0" 2>&1 | tee "$log" || rc=$?
 		fi
 		case $rc in 130 | 143) rm -f "$log"; exit "$rc" ;; esac
-		line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$log" | tail -n 1 || true)
+		count_line "$log" "" "$rc"
 		rm -f "$log"
-		passed=${line%% passed*}
-		failed=${line#*passed, }
-		failed=${failed%% failed}
-		if [ -z "$line" ]; then
-			passed=0
-			failed=1
-		fi
-		if [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ]; then
-			failed=1
-		fi
 		total_passed=$((total_passed + passed))
 		total_failed=$((total_failed + failed))
 		summary+="== PostgreSQL $major (${tiers:-every tier}): $passed passed, $failed failed, $((SECONDS - start)) s"$'\n'
@@ -240,13 +250,7 @@ run_unit()
 	echo "== unit"
 	as_postgres bash "$SCRATCH/test/h1/run.sh" 2>&1 | tee "$log" || rc=$?
 	case $rc in 130 | 143) exit "$rc" ;; esac
-	passed=$(sed -n 's/^h1: \([0-9]*\) passed, \([0-9]*\) failed$/\1/p' "$log")
-	failed=$(sed -n 's/^h1: \([0-9]*\) passed, \([0-9]*\) failed$/\2/p' "$log")
-	passed=${passed:-0}
-	failed=${failed:-1}
-	if [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ]; then
-		failed=1
-	fi
+	count_line "$log" "h1: " "$rc"
 	# The tree's structural rules, on the checkout itself (what git knows of
 	# it): one check in the totals.
 	echo "== unit: structure"
@@ -269,13 +273,7 @@ run_package()
 	echo "== package"
 	bash "$ROOT/scripts/package_test.sh" 2>&1 | tee "$log" || rc=$?
 	case $rc in 130 | 143) exit "$rc" ;; esac
-	passed=$(sed -n 's/^package: \([0-9]*\) passed, \([0-9]*\) failed$/\1/p' "$log")
-	failed=$(sed -n 's/^package: \([0-9]*\) passed, \([0-9]*\) failed$/\2/p' "$log")
-	passed=${passed:-0}
-	failed=${failed:-1}
-	if [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ]; then
-		failed=1
-	fi
+	count_line "$log" "package: " "$rc"
 	echo "== package: $passed passed, $failed failed"
 	PASSED=$((PASSED + passed))
 	FAILED=$((FAILED + failed))

@@ -35,9 +35,10 @@
 struct HttpPool;
 
 /*
- * One request.  The caller fills the inputs and keeps url, body and the
- * request itself alive until http_next_done() hands it back; http owns the
- * header list from submit on and frees it.
+ * One request.  The caller fills the inputs and keeps url, body, the
+ * client certificate's paths and the request itself alive until
+ * http_next_done() hands it back; http owns the header list from submit
+ * on and frees it.
  */
 typedef struct HttpRequest
 {

@@ -52,7 +52,10 @@ typedef enum TargetKind
 
 /*
  * What a target knows of an endpoint: the relay fills it at each load of
- * its endpoints, and it lives as long as the relay's endpoint.
+ * its endpoints, and it lives as long as the relay's endpoint.  Its
+ * strings (and auth) do not: a load frees and replaces them, also while
+ * requests to the endpoint are in flight, so a target copies what it reads
+ * of them after submit() returns.
  */
 typedef struct TargetEndpoint
 {

@@ -217,8 +217,9 @@ redact_response(const TargetEndpoint *ep, HttpRequest *req)
  * (in every format), the endpoint's headers and its Authorization from
  * auth, then the event's, except those the endpoint or the format sets
  * itself; and its client certificate.  An OAuth2 endpoint has its token:
- * the relay waits for one before it submits.  The HTTP request is
- * allocated in current memory, which the caller keeps until next_done.
+ * the relay waits for one before it submits.  The HTTP request, with its
+ * own copies of the endpoint's URL and certificate paths, is allocated in
+ * current memory, which the caller keeps until next_done.
  */
 static void
 webhook_submit(TargetRequest *tr, int relay_in_flight)
@@ -283,8 +284,12 @@ webhook_submit(TargetRequest *tr, int relay_in_flight)
 		if (ep->auth->header != NULL)
 			h = add_header(h, ep->auth->header);
 		tr->auth_generation = ep->auth->generation;
-		req->client_cert = ep->auth->cfg.client_cert;
-		req->client_key = ep->auth->cfg.client_key;
+		/* (the request's own: see the URL below) */
+		if (ep->auth->cfg.client_cert != NULL)
+		{
+			req->client_cert = pstrdup(ep->auth->cfg.client_cert);
+			req->client_key = pstrdup(ep->auth->cfg.client_key);
+		}
 	}
 	/*
 	 * The endpoint's own headers win over an event's of the same name (its
@@ -298,7 +303,17 @@ webhook_submit(TargetRequest *tr, int relay_in_flight)
 			  pg_strncasecmp(tr->event_headers[i], "authorization:", 14) == 0))
 			h = add_header(h, tr->event_headers[i]);
 
-	req->url = ep->url;
+	/*
+	 * The URL (and the client certificate's paths above) are the request's
+	 * own, copied into its memory: the endpoint's strings are the relay's
+	 * endpoint table's, which frees and replaces them at every load of the
+	 * endpoints (and its auth's when that changes), and a load may come
+	 * while the request is still in flight.  http.c and http1.c read them
+	 * until http_next_done hands the request back: when libcurl has
+	 * connected (origin_of), when the TLS handshake is done (the request
+	 * line), when http1.c hands the request to libcurl.
+	 */
+	req->url = pstrdup(ep->url);
 	req->body = tr->body;
 	req->body_len = body_len;
 	req->headers = h;

@@ -35,8 +35,9 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 . "$ROOT/scripts/copy_tree.sh"
 
 # The TAP files that run on every major: delivery, the relay's loop and
-# stream, crashes, standbys, databases, rotation, dump and restore.
-CORE_TAP="t/001_delivery.pl t/004_relay.pl t/005_standby.pl t/007_crash.pl t/011_databases.pl t/012_retention.pl t/013_dump_restore.pl t/021_stream.pl t/036_relay_memory.pl"
+# stream, crashes, standbys, databases, rotation, dump and restore, an
+# endpoints load while a request is in flight.
+CORE_TAP="t/001_delivery.pl t/004_relay.pl t/005_standby.pl t/007_crash.pl t/011_databases.pl t/012_retention.pl t/013_dump_restore.pl t/021_stream.pl t/036_relay_memory.pl t/038_reload_in_flight.pl"
 
 # count_line LOG PREFIX RC: set passed and failed from LOG's last line
 # "PREFIXN passed, N failed"; no such line, or a failing RC with no failure

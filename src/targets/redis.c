@@ -1454,19 +1454,42 @@ line_value(const char *line, size_t name_len)
 	return value;
 }
 
+/*
+ * len bytes at s as a JSON string: copied as they are when none needs
+ * escaping (a header's name and value nearly always), else through
+ * escape_json, which escapes the same bytes.
+ */
+static void
+json_string(StringInfo h, const char *s, size_t len)
+{
+	char	   *copy;
+
+	for (size_t i = 0; i < len; i++)
+		if ((unsigned char) s[i] < ' ' || s[i] == '"' || s[i] == '\\')
+		{
+			copy = pnstrdup(s, len);
+			escape_json(h, copy);
+			pfree(copy);
+			return;
+		}
+	enlargeStringInfo(h, (int) len + 2);
+	appendStringInfoChar(h, '"');
+	appendBinaryStringInfo(h, s, (int) len);
+	appendStringInfoChar(h, '"');
+}
+
 /* Add a "Name: value" line to a JSON object being built. */
 static void
 header_json(StringInfo h, const char *line, bool *first)
 {
 	size_t		name_len = strcspn(line, ":");
-	char	   *name = pnstrdup(line, name_len);
+	const char *value = line_value(line, name_len);
 
 	appendStringInfoChar(h, *first ? '{' : ',');
 	*first = false;
-	escape_json(h, name);
+	json_string(h, line, name_len);
 	appendStringInfoChar(h, ':');
-	escape_json(h, line_value(line, name_len));
-	pfree(name);
+	json_string(h, value, strlen(value));
 }
 
 /*

@@ -359,7 +359,7 @@ case_beside()
 			                WHERE starts_with(e.name, 'wh') AND a.status BETWEEN 200 AND 299
 			                  AND a.at BETWEEN to_timestamp($started) AND to_timestamp($t1)")
 			if [ -n "$GEN_PID" ]; then
-				kill -INT "$GEN_PID" 2>/dev/null || true
+				kill "$GEN_PID" 2>/dev/null || true
 				wait "$GEN_PID" 2>/dev/null || true
 				GEN_PID=
 				grep -q 'ERROR\|FATAL\|aborted' "$RWORK/pgbench.out" && { log "  WARNING: pgbench:"; cat "$RWORK/pgbench.out"; }

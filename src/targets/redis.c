@@ -96,6 +96,8 @@
 #define REDIS_REPLY_MAX			4096	/* a reply line or bulk string */
 #define REDIS_INBUF				(4 * REDIS_REPLY_MAX)
 #define PUBLISHER_IDLE_MS		(10 * 60 * 1000)
+#define REDIS_GATHER_MIN		64		/* fewer new commands than this... */
+#define REDIS_GATHER_US			100		/* ...and the thread waits this once */
 
 /*
  * The add script.  KEYS: the job hash, wait, paused, meta, id, prioritized,
@@ -1070,6 +1072,7 @@ publisher_main(void *arg)
 	Conn	   *c = &conn;
 	Publisher  *p = (Publisher *) arg;
 	char		why[REDIS_ERROR_LEN] = "";
+	bool		gathered = false;
 
 	memset(c, 0, sizeof(Conn));
 	c->p = p;
@@ -1082,14 +1085,32 @@ publisher_main(void *arg)
 		uint64		now;
 		RedisMessage *m;
 		bool		stop;
+		int			took = 0;
 
 		pthread_mutex_lock(&p->lock);
 		stop = p->stop;
 		while ((m = list_pop(&p->inbox)) != NULL)
+		{
 			list_append(&c->pending, m);
+			took++;
+		}
 		pthread_mutex_unlock(&p->lock);
 		if (stop)
 			break;
+
+		/*
+		 * The relay hands a page over one command at a time, and the first
+		 * wakes this thread: when few came, wait a moment, once, for the
+		 * rest, so that a page goes out in a few writes (and Redis reads it
+		 * in a few) rather than in many small ones.
+		 */
+		if (took > 0 && took < REDIS_GATHER_MIN && c->fd >= 0 && !gathered)
+		{
+			gathered = true;
+			usleep(REDIS_GATHER_US);
+			continue;
+		}
+		gathered = false;
 
 		now = now_ms();
 		if (c->fd < 0 && c->pending.head != NULL && now >= c->next_connect_ms)

@@ -134,6 +134,10 @@ relay_run()
 	"$PY" "$BENCH/deliver.py" --label "$label" --resume "$name" --wait "$name" \
 		--events "$n" --results "$RWORK/deliver.txt" --timeout 600 >"$RWORK/deliver.out"
 	rate=$(sed -n "s/^$label\.rate //p" "$RWORK/deliver.txt" | tail -n 1)
+	# (the relay's CPU per event in µs, into cpu.last: less at the mercy of
+	# a busy machine than the rate)
+	awk -v l="$label." -v n="$n" 'index($1, l) == 1 { v[substr($1, length(l) + 1)] = $2 }
+		END { printf("%.1f\n", v["relay_cpu"] * v["seconds"] / n * 1e6) }' "$RWORK/deliver.txt" >"$RWORK/cpu.last"
 	ok=$(sql "SELECT count(*) FROM outbox.attempt_log a JOIN outbox.endpoints e ON e.id = a.endpoint_id
 	          WHERE e.name = '$name' AND a.status = 200")
 	[ "$ok" -eq "$n" ] || log "  WARNING: $name had $ok of $n added" >&2
@@ -180,6 +184,7 @@ case_bullmq()
 	log "case 21: $REDIS_EVENTS jobs to BullMQ (priority $REDIS_PRIORITY), outbox against Queue.addBulk" \
 		"in pages of $PAGE; $REDIS_ROUNDS rounds in turn"
 	: >"$RWORK/outbox.runs"
+	: >"$RWORK/outbox.cpu"
 	: >"$RWORK/node.runs"
 	for round in $(seq "$REDIS_ROUNDS"); do
 		for side in $(in_turn "$round" outbox node); do
@@ -187,6 +192,7 @@ case_bullmq()
 			if [ "$side" = outbox ]; then
 				rate=$(relay_run "bq_$round" "bq$round" "bullmq://127.0.0.1:$PORT/ob$round$QUERY" "$REDIS_EVENTS")
 				got=$(jobs_in "ob$round")
+				cat "$RWORK/cpu.last" >>"$RWORK/outbox.cpu"
 			else
 				read -r n secs < <(node "$BENCH/bullmq_producer.js" "$PORT" "nd$round" "$REDIS_EVENTS" "$PAGE" \
 					"$TEMPLATE" "$PRIORITY")
@@ -199,6 +205,8 @@ case_bullmq()
 		done
 	done
 	report redis_bullmq outbox node
+	result redis_bullmq.outbox_cpu_us "$(median <"$RWORK/outbox.cpu")"
+	result redis_bullmq.outbox_cpu_us_rounds "$(paste -sd, "$RWORK/outbox.cpu")"
 }
 
 # Case 22: streams, outbox against redis-benchmark -P 64.
@@ -209,6 +217,7 @@ case_stream()
 	log "case 22: $REDIS_EVENTS entries to a stream, outbox against redis-benchmark -P 64" \
 		"-c $REDIS_BENCH_CLIENTS XADD of the relay's entry; $REDIS_ROUNDS rounds in turn"
 	: >"$RWORK/outbox.runs"
+	: >"$RWORK/outbox.cpu"
 	: >"$RWORK/benchmark.runs"
 	for round in $(seq "$REDIS_ROUNDS"); do
 		for side in $(in_turn "$round" outbox benchmark); do
@@ -216,6 +225,7 @@ case_stream()
 			if [ "$side" = outbox ]; then
 				rate=$(relay_run "st_$round" "st$round" "redis://127.0.0.1:$PORT/obs$round" "$REDIS_EVENTS")
 				got=$(rcli XLEN "obs$round")
+				cat "$RWORK/cpu.last" >>"$RWORK/outbox.cpu"
 			else
 				# (the rate is the second of the CSV line's last 7 fields:
 				# the first, the command, has the entry's quotes in it)
@@ -231,6 +241,8 @@ case_stream()
 		done
 	done
 	report redis_stream outbox benchmark
+	result redis_stream.outbox_cpu_us "$(median <"$RWORK/outbox.cpu")"
+	result redis_stream.outbox_cpu_us_rounds "$(paste -sd, "$RWORK/outbox.cpu")"
 
 	# For scale, not the target: redis-benchmark on one connection, as the
 	# relay has one per server.

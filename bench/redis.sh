@@ -12,7 +12,9 @@
 #       >= 1.0).
 #   22  Streams: N events to a redis:// endpoint (XADD), against
 #       redis-benchmark -P 64 running XADD of an entry the relay wrote
-#       (same fields, same sizes) N times (target >= 0.5).
+#       (same fields, same sizes) N times (target >= 0.5); then, for
+#       scale, redis-benchmark on one connection and the floor
+#       (bench/sql/floor.sql, as in bench/kafka.sh).
 #   23  BullMQ beside webhooks: case 21's endpoint working off its N jobs
 #       while BESIDE_ENDPOINTS webhook endpoints (to WEBHOOK_URL), following
 #       the stream, get BESIDE_RATE events a second between them, against
@@ -26,8 +28,10 @@
 # appendfsync REDIS_FSYNC, "everysec" unless set ("always" is what the
 # tests use; docs/redis.md says what each keeps).  The relay's rate runs
 # from the commit that resumes the endpoint to the record of its last page
-# (bench/deliver.py), every job or entry checked in Redis and in the
-# attempt log; the baselines' from their first command to their last reply.
+# (bench/deliver.py; case 23: to the attempt log's last), every job or
+# entry checked in Redis and in the attempt log; the baselines' from their
+# first command to their last reply.  Cases 21 and 22 also give the
+# relay's CPU per event.
 #
 # Run by bench/run.sh (BENCH_CASES="21 22 23", one case a call through
 # REDIS_CASES) against its PostgreSQL and nginx, or alone as root against

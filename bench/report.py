@@ -186,7 +186,32 @@ def build_rows(r):
             "bounded (private < 100 MB)", anon < 100)
 
     build_rows_issue11(r, row)
+    build_rows_redis(r, row)
     return rows
+
+
+def build_rows_redis(r, row):
+    """Cases 21 to 23 (bench/redis.sh): the median of each side, its worst
+    round, and the ratio of the medians."""
+    fsync = r.get("redis.appendfsync", "?")
+    for case, key, what, a, a_name, b, b_name, target in (
+            ("21", "redis_bullmq", "BullMQ jobs", "outbox", "outbox", "node",
+             f"Queue.addBulk, pages of {r.get('redis.page', '?')}", 1.0),
+            ("22", "redis_stream", "stream entries", "outbox", "outbox", "benchmark",
+             "redis-benchmark -P 64 XADD", 0.5),
+            ("23", "redis_beside", "BullMQ jobs beside webhook endpoints delivering", "beside", "beside",
+             "alone", "the BullMQ endpoint alone", 0.8)):
+        if f"{key}.ratio" not in r:
+            continue
+        rat = num(r, f"{key}.ratio")
+        row(f"{case} Redis (appendfsync {fsync}): {what}",
+            f"{a_name} {fmt(num(r, f'{key}.{a}_rate'))}/s (worst {fmt(num(r, f'{key}.{a}_worst'))}/s)",
+            f"{b_name} {fmt(num(r, f'{key}.{b}_rate'))}/s (worst {fmt(num(r, f'{key}.{b}_worst'))}/s)",
+            fmt(rat), f"≥ {target:.1f}", rat >= target)
+        sides = r[f"{key}.rounds"].split("/")
+        row(f"{case}: each round (the medians count)",
+            ", ".join(f"{fmt(float(x))}/s" for x in sides[0].split(",")),
+            ", ".join(f"{fmt(float(x))}/s" for x in sides[1].split(",")), "", "", None)
 
 
 def cpu_per_delivery(r, label):
@@ -501,7 +526,7 @@ def main():
         f.write("# Benchmark results\n\n")
         f.write(f"Written by `{command}` on {datetime.date.today()}: {env}.\n")
         f.write("Ratios compare figures measured in this run; the targets are issue 5's (cases 1 to 7), "
-                "issue 11's (cases 8 to 13) and issue 14's (expiry, rate).\n\n")
+                "issue 11's (cases 8 to 13), issue 14's (expiry, rate) and issue 44's (21 to 23).\n\n")
         f.write(text + "\n\n")
         f.write(f"{met} targets met, {len(missed)} missed.\n\n")
         f.write(f"Wall time per case: {times}.\n\n")

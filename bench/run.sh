@@ -19,7 +19,9 @@
 # with every relay setting at the server's default.  Case 14 (Kafka,
 # bench/kafka.sh: KAFKA_EVENTS, KAFKA_ROUNDS), case 15 (NATS JetStream,
 # bench/nats.sh: NATS_EVENTS, NATS_ROUNDS) and case 16 (RabbitMQ,
-# bench/rabbitmq.sh: AMQP_EVENTS, AMQP_ROUNDS) run only when named, as do
+# bench/rabbitmq.sh: AMQP_EVENTS, AMQP_ROUNDS) and cases 21 to 23 (Redis:
+# BullMQ, streams, BullMQ beside webhooks; bench/redis.sh: REDIS_EVENTS,
+# REDIS_ROUNDS, REDIS_FSYNC) run only when named, as do
 # the cases of the delivery controls (issue 14): "expiry", "rate", "auth",
 # "format", "mtls" and "oauth2", each one endpoint with a control on against
 # off, and case 20 (endpoints created just before a burst: BURST_ENDPOINTS,
@@ -165,7 +167,7 @@ install_packages()
 
 	for pkg in build-essential postgresql-15 postgresql-server-dev-15 libcurl4-openssl-dev \
 		nginx wrk postgresql-15-pgq3 gnuplot-nox python3 python3-psycopg2 openssl librdkafka-dev kcat \
-		libnats-dev nats-server librabbitmq-dev rabbitmq-server; do
+		libnats-dev nats-server librabbitmq-dev rabbitmq-server redis-server; do
 		[ "$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null)" = "install ok installed" ] ||
 			missing+=("$pkg")
 	done
@@ -1617,6 +1619,22 @@ case_rabbitmq()
 	RESULTS=$RESULTS PY=$PY PATH=$PGBIN:$PATH bash "$BENCH/rabbitmq.sh"
 }
 
+# Cases 21, 22 and 23 (issue 44): publishing to Redis, on a redis-server
+# bench/redis.sh starts (REDIS_EVENTS, REDIS_ROUNDS, REDIS_FSYNC): 21
+# BullMQ jobs against BullMQ's own Queue.addBulk, 22 stream entries against
+# redis-benchmark -P 64, 23 the BullMQ endpoint beside BESIDE_ENDPOINTS
+# webhook endpoints delivering to nginx against it alone.  Not in the
+# default list: BENCH_CASES="21 22 23" runs them.
+redis_case()
+{
+	use_default_settings
+	REDIS_CASES=$1 RESULTS=$RESULTS PY=$PY PATH=$PGBIN:$PATH \
+		WEBHOOK_URL="http://127.0.0.1:$NGINX_PORT/beside" bash "$BENCH/redis.sh"
+}
+case_redis_bullmq() { redis_case 21; }
+case_redis_stream() { redis_case 22; }
+case_redis_beside() { redis_case 23; }
+
 # ---------------------------------------------------------------------------
 
 # run_case NAME FUNCTION: FUNCTION, if BENCH_CASES names NAME; its wall
@@ -1680,6 +1698,9 @@ main()
 	run_case oauth2 case_oauth2
 	run_case 15 case_nats
 	run_case 16 case_rabbitmq
+	run_case 21 case_redis_bullmq
+	run_case 22 case_redis_stream
+	run_case 23 case_redis_beside
 	run_case views case_views
 	run_case ahead case_ahead
 	run_case record case_record

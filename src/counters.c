@@ -16,7 +16,12 @@
  * the endpoint is dropped, and keeps its database's sets in a local hash
  * table built at its start, so a restarted relay counts on where the last
  * one stopped.  When no set is free an endpoint's attempts are counted in
- * the database's own set, shown without an endpoint.
+ * the database's own set, shown without an endpoint.  A set given back is
+ * first added into the database's own, so that what is summed over a
+ * database (the duration histogram, the attempts of all endpoints) never
+ * goes down; and the database's own set remembers the extension it counted
+ * for, so that after DROP EXTENSION and CREATE EXTENSION (whose endpoint
+ * ids start again at 1) no new endpoint counts on an old one's set.
  *
  * Readers (outbox._counters()) walk the pool without a lock: each set's key
  * is read before and after its counters, and a set whose key changed
@@ -47,6 +52,7 @@ typedef struct CounterSet
 	pg_atomic_uint64 buckets[COUNTED_NBOUNDS + 1];	/* not cumulative */
 	pg_atomic_uint64 micros;	/* durations' sum, in microseconds */
 	pg_atomic_uint64 relay_starts;	/* the database's own set only */
+	pg_atomic_uint64 extension;	/* the database's own: the extension's OID */
 } CounterSet;
 
 typedef struct CounterPool
@@ -54,7 +60,7 @@ typedef struct CounterPool
 	LWLock	   *lock;			/* the free list */
 	int			nsets;
 	int			nfree;
-	int			reserved;		/* free sets kept for databases' own */
+	int			reserved;		/* free sets kept for databases' own not taken yet */
 	int		   *free_list;		/* nsets of them; the first nfree are free */
 	CounterSet	sets[FLEXIBLE_ARRAY_MEMBER];
 } CounterPool;
@@ -111,6 +117,7 @@ outbox_counters_startup(void)
 			pg_atomic_init_u64(&s->buckets[b], 0);
 		pg_atomic_init_u64(&s->micros, 0);
 		pg_atomic_init_u64(&s->relay_starts, 0);
+		pg_atomic_init_u64(&s->extension, 0);
 		pool->free_list[i] = pool->nsets - 1 - i;
 	}
 }
@@ -134,7 +141,12 @@ claim_set(int endpoint_id)
 
 	LWLockAcquire(pool->lock, LW_EXCLUSIVE);
 	if (pool->nfree > (endpoint_id == 0 ? 0 : pool->reserved))
+	{
 		set = pool->free_list[--pool->nfree];
+		/* (a database's own set is never given back: one reserve less) */
+		if (endpoint_id == 0 && pool->reserved > 0)
+			pool->reserved--;
+	}
 	LWLockRelease(pool->lock);
 	if (set < 0)
 		return -1;
@@ -145,18 +157,49 @@ claim_set(int endpoint_id)
 		pg_atomic_write_u64(&s->buckets[b], 0);
 	pg_atomic_write_u64(&s->micros, 0);
 	pg_atomic_write_u64(&s->relay_starts, 0);
+	pg_atomic_write_u64(&s->extension, 0);
 	pg_write_barrier();
 	pg_atomic_write_u64(&s->key, set_key(my_dboid, endpoint_id));
 	return set;
 }
 
 /*
- * The relay of dboid starts: find the sets its database kept from relays
- * before (one walk of the pool), and count the start.
+ * Give an endpoint's set back to the free list, its counts added into the
+ * database's own set first (taken off the readers' view before, so a
+ * reader sees them once at most).
+ */
+static void
+release_set(int set)
+{
+	CounterSet *s = &pool->sets[set];
+
+	pg_atomic_write_u64(&s->key, 0);
+	if (my_db_set >= 0)
+	{
+		CounterSet *db = &pool->sets[my_db_set];
+
+		for (int c = 0; c < COUNTED_NOUTCOMES; c++)
+			pg_atomic_fetch_add_u64(&db->outcomes[c], pg_atomic_read_u64(&s->outcomes[c]));
+		for (int b = 0; b <= COUNTED_NBOUNDS; b++)
+			pg_atomic_fetch_add_u64(&db->buckets[b], pg_atomic_read_u64(&s->buckets[b]));
+		pg_atomic_fetch_add_u64(&db->micros, pg_atomic_read_u64(&s->micros));
+	}
+	LWLockAcquire(pool->lock, LW_EXCLUSIVE);
+	pool->free_list[pool->nfree++] = set;
+	LWLockRelease(pool->lock);
+}
+
+/*
+ * The relay of dboid starts, for the extension extension_oid: find the sets
+ * its database kept from relays before (one walk of the pool), and count
+ * the start.  Sets kept for another installation of the extension (dropped
+ * and created again since) are given back.
  */
 void
-outbox_counters_attach(Oid dboid)
+outbox_counters_attach(Oid dboid, Oid extension_oid)
 {
+	HASH_SEQ_STATUS seq;
+	CountedEndpoint *ce;
 	HASHCTL		ctl;
 	bool		found;
 
@@ -173,7 +216,6 @@ outbox_counters_attach(Oid dboid)
 	{
 		uint64		key = pg_atomic_read_u64(&pool->sets[i].key);
 		int			endpoint_id = (int) (uint32) key;
-		CountedEndpoint *ce;
 
 		if (key == 0 || (Oid) (key >> 32) != dboid)
 			continue;
@@ -187,8 +229,22 @@ outbox_counters_attach(Oid dboid)
 	}
 	if (my_db_set < 0)
 		my_db_set = claim_set(0);
-	if (my_db_set >= 0)
-		pg_atomic_fetch_add_u64(&pool->sets[my_db_set].relay_starts, 1);
+	if (my_db_set < 0)
+	{
+		elog(LOG, "outbox: no counter set is free for this database: its attempts are not counted (outbox.max_relays)");
+		return;
+	}
+	if (pg_atomic_read_u64(&pool->sets[my_db_set].extension) != extension_oid)
+	{
+		hash_seq_init(&seq, my_sets);
+		while ((ce = hash_seq_search(&seq)) != NULL)
+		{
+			release_set(ce->set);
+			hash_search(my_sets, &ce->endpoint_id, HASH_REMOVE, NULL);
+		}
+		pg_atomic_write_u64(&pool->sets[my_db_set].extension, extension_oid);
+	}
+	pg_atomic_fetch_add_u64(&pool->sets[my_db_set].relay_starts, 1);
 }
 
 /*
@@ -226,7 +282,7 @@ outbox_count_outcome(int endpoint_id, CountedOutcome outcome, bool sent,
 	pg_atomic_fetch_add_u64(&s->micros, (uint64) Max(duration_ms * 1000.0, 0.0));
 }
 
-/* An endpoint was dropped: its set goes back to the free list. */
+/* An endpoint was dropped: its set goes back (release_set). */
 void
 outbox_counters_forget(int endpoint_id)
 {
@@ -240,12 +296,8 @@ outbox_counters_forget(int endpoint_id)
 		return;
 	set = ce->set;
 	hash_search(my_sets, &endpoint_id, HASH_REMOVE, NULL);
-	if (set < 0)
-		return;
-	pg_atomic_write_u64(&pool->sets[set].key, 0);
-	LWLockAcquire(pool->lock, LW_EXCLUSIVE);
-	pool->free_list[pool->nfree++] = set;
-	LWLockRelease(pool->lock);
+	if (set >= 0)
+		release_set(set);
 }
 
 /* Copy one set's counters, cumulating the buckets. */

@@ -42,7 +42,7 @@ extern Size outbox_counters_size(void);
 extern void outbox_counters_startup(void);
 
 /* The relay of a database */
-extern void outbox_counters_attach(Oid dboid);
+extern void outbox_counters_attach(Oid dboid, Oid extension_oid);
 extern void outbox_count_outcome(int endpoint_id, CountedOutcome outcome,
 								 bool sent, double duration_ms);
 extern void outbox_counters_forget(int endpoint_id);

@@ -284,5 +284,36 @@ ok( $node->poll_query_until(
 		   AND labels = '{"endpoint": "up", "outcome": "delivered"}'}),
 	'the new relay counts on from where the last one stopped');
 
+# An endpoint dropped: its samples go, and what is summed over the
+# database (every endpoint's attempts, the duration histogram) does not go
+# down: its counts move into the samples without an endpoint.
+my $sum_sql = q{SELECT sum(value) FROM outbox.metrics WHERE name = 'outbox_deliveries_total'};
+my $all_attempts = sql($sum_sql);
+my $histogram = metric('outbox_attempt_duration_seconds_count', '{}');
+sql(q{SELECT outbox.drop_endpoint('up')});
+ok($node->poll_query_until('postgres',
+		q{SELECT NOT EXISTS (SELECT FROM outbox.metrics WHERE labels->>'endpoint' = 'up')}),
+	'a dropped endpoint\'s samples go');
+cmp_ok(sql($sum_sql), '>=', $all_attempts, 'the attempts summed over the database do not go down');
+cmp_ok(metric('outbox_attempt_duration_seconds_count', '{}'), '>=', $histogram, 'nor does the histogram');
+
+# The extension dropped and created again (endpoint ids start at 1 again):
+# a new endpoint counts from 0, not on the set of the old endpoint with its
+# id, and the database's sums still do not go down.
+$all_attempts = sql($sum_sql);
+$old_relay = relay_pid();
+sql('DROP EXTENSION outbox CASCADE');
+sql('CREATE EXTENSION outbox');
+ok(relay_restarted($old_relay), 'a relay serves the extension created again');
+# (id 2 was "down", whose set was still taken)
+sql(q{SELECT outbox.create_endpoint('again' || i, '} . $url . q{/again', '{m.*}') FROM generate_series(1, 2) i});
+is(sql(q{SELECT string_agg(id::text, ',' ORDER BY id) FROM outbox.endpoints}), '1,2', 'the new endpoints have ids 1 and 2 again');
+sql(q{SELECT outbox.emit('m.fourth', '{}')});
+ok( $node->poll_query_until(
+		'postgres', q{SELECT count(*) = 2 AND bool_and(value = 1) FROM outbox.metrics WHERE name = 'outbox_deliveries_total'
+		   AND labels->>'endpoint' IN ('again1', 'again2')}),
+	'each counts its own delivery alone, from 0');
+cmp_ok(sql($sum_sql), '>=', $all_attempts, 'the database\'s sums carry on');
+
 $node->stop;
 done_testing();

@@ -298,7 +298,7 @@ outbox_relay_main(Datum arg)
 	if (!rs->extension_absent)
 	{
 		senders_start(dbname);
-		outbox_counters_attach(MyDatabaseId);
+		outbox_counters_attach(MyDatabaseId, rs->extension_oid);
 	}
 	rs->last_rotate = GetCurrentTimestamp();
 	if (!rs->extension_absent)

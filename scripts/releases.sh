@@ -129,17 +129,20 @@ release_script()
 	done
 }
 
-# remove_written DIR: the files install writes into DIR, removed: the
-# releases' install scripts that are not files of the tree.
+# remove_written DIR: the files install wrote into DIR (listed in its
+# manifest, DIR/.outbox-releases-written), removed; a file it found there
+# already, a package's or another install's, stays.
 remove_written()
 {
-	local v c
+	local f
 
-	while read -r v c; do
-		if [ ! -f "$ROOT/outbox--$v.sql" ]; then
-			rm -f "$1/outbox--$v.sql"
-		fi
-	done < <(releases)
+	[ -f "$1/.outbox-releases-written" ] || return 0
+	while read -r f; do
+		case $f in
+		outbox--*.sql) rm -f "$1/$f" ;;
+		esac
+	done <"$1/.outbox-releases-written"
+	rm -f "$1/.outbox-releases-written"
 }
 
 case $CMD in
@@ -167,7 +170,13 @@ install)
 		if [ -f "$ROOT/outbox--$v.sql" ]; then
 			cmp -s "$WORK/outbox--$v.sql" "$ROOT/outbox--$v.sql" ||
 				die "outbox--$v.sql differs from release $v's install script (a released install script is never edited)"
+		elif [ -f "$DIR/outbox--$v.sql" ]; then
+			# (a package's or another install's: used if it is the release's, never overwritten)
+			cmp -s "$WORK/outbox--$v.sql" "$DIR/outbox--$v.sql" ||
+				die "$DIR/outbox--$v.sql is there and is not release $v's install script; not overwritten"
+			echo "releases.sh: $DIR/outbox--$v.sql, there already, is release $v's install script"
 		else
+			echo "outbox--$v.sql" >>"$DIR/.outbox-releases-written"
 			install -m 644 "$WORK/outbox--$v.sql" "$DIR/outbox--$v.sql"
 			echo "releases.sh: $DIR/outbox--$v.sql is release $v's install script"
 		fi

@@ -265,7 +265,8 @@ outbox_count_outcome(int endpoint_id, CountedOutcome outcome, bool sent,
 	if (my_sets == NULL)
 		return;
 	ce = hash_search(my_sets, &endpoint_id, HASH_ENTER, &found);
-	if (!found)
+	/* (one that found none free tries again once sets were given back) */
+	if (!found || (ce->set < 0 && pool->nfree > pool->reserved))
 		ce->set = claim_set(endpoint_id);
 	if (ce->set >= 0)
 		s = &pool->sets[ce->set];
